@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tribeagent/tribe/node"
+)
+
+func agentCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run the tribe agent on this host",
+		Description: `Starts the agent with embedded defaults: data dir ~/.tribe (or --data-dir),
+listening on TCP and QUIC port 4001, mDNS discovery on the LAN, cluster "tribe".
+A second agent on the same host needs its own --data-dir and --listen port;
+it finds the first by mDNS, or by --join with an address from ` + "`tribe status`" + `.
+Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "name", Usage: "the node's name (default: the host name)"},
+			&cli.StringSliceFlag{Name: "listen", Usage: "multiaddr to listen on, repeatable (default: /ip4/0.0.0.0/tcp/4001 and /ip4/0.0.0.0/udp/4001/quic-v1; port 0 picks a free port)"},
+			&cli.StringSliceFlag{Name: "join", Usage: "full multiaddr of a peer to join, with /p2p/<peer-id>, repeatable; retried with backoff until connected"},
+			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
+			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
+			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, target_peers"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable (not yet supported: arrives with facts and policies)"},
+			&cli.StringFlag{Name: "facts-file", Usage: "file of user facts (not yet supported: arrives with facts and policies)"},
+			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer, repeatable (not yet supported: arrives with replicated state)"},
+		},
+		Action: runAgent,
+	}
+}
+
+func runAgent(c *cli.Context) error {
+	if err := noArgs(c); err != nil {
+		return err
+	}
+	for _, f := range []string{"fact", "facts-file", "trusted"} {
+		if c.IsSet(f) {
+			return fmt.Errorf("--%s is not yet supported by this version", f)
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return usagef("--log-level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := agentConfig(c)
+	if err != nil {
+		return err
+	}
+	tuneRuntime()
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return node.Run(ctx, cfg, log, nil)
+}
+
+// agentConfig builds the node config: defaults, then the config file, then
+// the flags that were given.
+func agentConfig(c *cli.Context) (node.Config, error) {
+	cfg := node.DefaultConfig()
+	cfg.DataDir = flagString(c, "data-dir")
+	if path := c.String("config"); path != "" {
+		if err := node.LoadConfigFile(path, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if c.IsSet("name") {
+		cfg.Name = c.String("name")
+	}
+	if c.IsSet("cluster") || cfg.Cluster == "" {
+		cfg.Cluster = c.String("cluster")
+	}
+	if c.IsSet("listen") {
+		cfg.ListenAddrs = c.StringSlice("listen")
+	}
+	if c.IsSet("join") {
+		cfg.Join = c.StringSlice("join")
+	}
+	if c.Bool("no-mdns") {
+		cfg.MDNS = false
+	}
+	if c.IsSet("swarm-key") {
+		cfg.SwarmKeyFile = c.String("swarm-key")
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "node: "))}
+	}
+	return cfg, nil
+}
+
+// tuneRuntime keeps an idle agent small: a lower GC target collects sooner
+// (an agent's heap is small and mostly short-lived buffers), unless the
+// operator set GOGC or GOMEMLIMIT.
+func tuneRuntime() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
+}

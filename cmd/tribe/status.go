@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show the local agent: id, name, addresses, peer count",
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			s, err := client(c).Status(c.Context)
+			if err != nil {
+				return err
+			}
+			if flagBool(c, "json") {
+				return printJSON(c.App.Writer, s)
+			}
+			tw := table(c.App.Writer)
+			fmt.Fprintf(tw, "id\t%s\n", s.ID)
+			fmt.Fprintf(tw, "name\t%s\n", s.Name)
+			fmt.Fprintf(tw, "cluster\t%s\n", s.Cluster)
+			fmt.Fprintf(tw, "version\t%s\n", s.Version)
+			fmt.Fprintf(tw, "peers\t%d\n", s.Peers)
+			fmt.Fprintf(tw, "mdns\t%v\n", s.MDNS)
+			fmt.Fprintf(tw, "private network\t%v\n", s.Private)
+			fmt.Fprintf(tw, "uptime\t%s\n", s.Uptime.Round(time.Second))
+			fmt.Fprintf(tw, "data dir\t%s\n", s.DataDir)
+			for i, a := range s.Addrs {
+				label := ""
+				if i == 0 {
+					label = "addrs"
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", label, a)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func peersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "peers",
+		Usage: "list the connected peers of this cluster",
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			peers, err := client(c).Peers(c.Context)
+			if err != nil {
+				return err
+			}
+			if flagBool(c, "json") {
+				return printJSON(c.App.Writer, peers)
+			}
+			tw := table(c.App.Writer)
+			fmt.Fprintln(tw, "NAME\tID\tADDRS")
+			for _, p := range peers {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.ID, strings.Join(stripP2P(p.Addrs), " "))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// stripP2P drops the /p2p/<id> suffix where the ID is shown in its own column.
+func stripP2P(addrs []string) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		if j := strings.Index(a, "/p2p/"); j > 0 {
+			a = a[:j]
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func table(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,109 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// shutdownTimeout bounds how long Run waits for API calls in flight.
+const shutdownTimeout = 5 * time.Second
+
+// Run is `tribe agent`: it builds and starts a node, serves the control API
+// on <data-dir>/tribe.sock once the node is up, and shuts both down (socket
+// removed, state saved) when ctx ends. ready, if not nil, is called once the
+// API answers.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) error {
+	n, err := New(cfg, Deps{Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := n.Start(ctx); err != nil {
+		return errors.Join(err, n.Close())
+	}
+	var srv *api.Server
+	if cfg.API {
+		srv, err = api.Listen(filepath.Join(cfg.DataDir, api.SocketName), n, log)
+		if err != nil {
+			return errors.Join(err, n.Close())
+		}
+		log.Info("agent ready", "socket", srv.Path(), "id", n.ID())
+	}
+	if ready != nil {
+		ready(n)
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	var errs []error
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		errs = append(errs, srv.Shutdown(sctx))
+		cancel()
+	}
+	errs = append(errs, n.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Status implements api.Agent.
+func (n *Node) Status(ctx context.Context) (api.Status, error) {
+	now := n.now()
+	return api.Status{
+		ID:       n.host.ID().String(),
+		Name:     n.cfg.Name,
+		Cluster:  n.cfg.Cluster,
+		Version:  Version,
+		Addrs:    p2pAddrs(n.host.ID(), n.host.Addrs()),
+		Peers:    len(n.ConnectedPeers()),
+		MDNS:     n.cfg.MDNS,
+		Private:  n.private,
+		DataDir:  n.cfg.DataDir,
+		Started:  n.started,
+		Uptime:   now.Sub(n.started),
+		JoinAddr: n.cfg.Join,
+	}, nil
+}
+
+// Peers implements api.Agent: the connected peers of this cluster, by name.
+func (n *Node) Peers(ctx context.Context) ([]api.Peer, error) {
+	out := []api.Peer{}
+	for _, p := range n.ConnectedPeers() {
+		info, _ := n.peers.get(p)
+		out = append(out, api.Peer{
+			ID:    p.String(),
+			Name:  info.Name,
+			Addrs: p2pAddrs(p, n.host.Peerstore().Addrs(p)),
+		})
+	}
+	slices.SortFunc(out, func(a, b api.Peer) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// p2pAddrs renders addrs as full multiaddrs ending in /p2p/<id>, ready to be
+// passed to --join.
+func p2pAddrs(id peer.ID, addrs []ma.Multiaddr) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		full, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: id, Addrs: []ma.Multiaddr{a}})
+		if err != nil || len(full) == 0 {
+			continue
+		}
+		out = append(out, full[0].String())
+	}
+	slices.Sort(out)
+	return out
+}

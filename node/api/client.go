@@ -1,0 +1,91 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+)
+
+// ErrNoAgent is returned when nothing listens on the socket.
+var ErrNoAgent = errors.New("api: no agent running")
+
+// Client talks to an agent's socket. It is safe for concurrent use.
+type Client struct {
+	path string
+	http *http.Client
+}
+
+// NewClient returns a client for the agent socket at path. It does not
+// connect until the first call.
+func NewClient(path string) *Client {
+	return &Client{
+		path: path,
+		http: &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", path)
+			},
+		}},
+	}
+}
+
+// Status returns the agent's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+	return s, err
+}
+
+// Peers returns the agent's connected tribe peers.
+func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
+	var p []Peer
+	err := c.do(ctx, http.MethodGet, "/v1/peers", nil, &p)
+	return p, err
+}
+
+// do sends in (if not nil) as JSON and decodes the answer into out.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("api: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://tribe"+path, body)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("%w at %s (start one with `tribe agent`, or point --data-dir at its data dir)", ErrNoAgent, c.path)
+		}
+		return fmt.Errorf("api: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e errorBody
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Error == "" {
+			return &Error{Status: resp.StatusCode, Message: fmt.Sprintf("agent answered %s", resp.Status)}
+		}
+		return &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("api: decode answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// maxRequestBody caps what a client may send in one request.
+const maxRequestBody = 1 << 20
+
+// Server serves an Agent on a Unix socket.
+type Server struct {
+	path string
+	ln   net.Listener
+	http *http.Server
+	done chan struct{}
+}
+
+// Listen opens the socket at path with mode 0600. A stale socket left by an
+// agent that died is removed; a socket another live agent answers on is an
+// error, so two agents never share a data dir.
+func Listen(path string, agent Agent, log *slog.Logger) (*Server, error) {
+	if len(path) >= 108 {
+		return nil, fmt.Errorf("api: socket path %s is %d bytes, over the 107 a Unix socket allows; use a shorter --data-dir", path, len(path))
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("api: another agent is already running on %s", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("api: remove stale socket %s: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("api: listen on %s: %w", path, err)
+	}
+	// The data dir is 0700 already; 0600 on the socket keeps it private
+	// even if the directory's mode is loosened.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("api: chmod %s: %w", path, err)
+	}
+	s := &Server{
+		path: path,
+		ln:   ln,
+		http: &http.Server{
+			Handler:           Handler(agent),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		},
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.path }
+
+// Shutdown stops accepting requests, waits for those in flight until ctx
+// ends, and removes the socket file.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	<-s.done
+	if rmErr := os.Remove(s.path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+// Handler routes API requests to agent. Every endpoint is a row here.
+func Handler(agent Agent) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/status", endpoint(func(r *http.Request) (any, error) {
+		return agent.Status(r.Context())
+	}))
+	mux.Handle("GET /v1/peers", endpoint(func(r *http.Request) (any, error) {
+		return agent.Peers(r.Context())
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// Error is an error the agent answered with; clients get it back as is.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// BadRequest marks err as the caller's fault (HTTP 400): the CLI shows the
+// message as is.
+func BadRequest(err error) error { return &Error{Status: http.StatusBadRequest, Message: err.Error()} }
+
+// NotFound marks err as naming something that does not exist (HTTP 404).
+func NotFound(err error) error { return &Error{Status: http.StatusNotFound, Message: err.Error()} }
+
+// endpoint adapts a function returning a value or an error to a handler
+// that writes JSON.
+func endpoint(f func(r *http.Request) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+		v, err := f(r)
+		if err != nil {
+			status := http.StatusInternalServerError
+			var apiErr *Error
+			if errors.As(err, &apiErr) {
+				status = apiErr.Status
+			}
+			writeError(w, status, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	})
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(errorBody{Error: err.Error()})
+}

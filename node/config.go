@@ -1,0 +1,173 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Config is the agent's configuration. Build it with DefaultConfig, change
+// what you need, and let New validate it.
+type Config struct {
+	// Name is the node's human name; empty means the host name, looked up
+	// by New (never by DefaultConfig).
+	Name string
+	// DataDir holds the identity key, the remembered peers and the API
+	// socket. Created with mode 0700 if missing.
+	DataDir string
+	// Cluster names the fleet: it derives the mDNS service name and the DHT
+	// rendezvous key, and peers of another cluster are not listed as peers.
+	Cluster string
+	// ListenAddrs are the multiaddrs to listen on. Empty means
+	// DefaultListenAddrs (TCP only when a swarm key is set).
+	ListenAddrs []string
+	// Join are full multiaddrs (with /p2p/<peer-id>) of peers to connect to;
+	// each is dialled at start and re-dialled with backoff whenever it is
+	// not connected. A dead seed never stops the node.
+	Join []string
+	// MDNS turns on mDNS discovery on the local network.
+	MDNS bool
+	// SwarmKeyFile, when set, makes the node part of a private network:
+	// only nodes with the same key can connect (TCP only; QUIC refuses it).
+	SwarmKeyFile string
+	// API serves the control API on <DataDir>/tribe.sock while the node runs
+	// under Run. The simulator turns it off.
+	API bool
+
+	// TargetPeers is how many tribe peers the node tries to stay connected
+	// to through discovery (rendezvous and remembered peers).
+	TargetPeers int
+	// ConnLow and ConnHigh are the connection manager's water marks.
+	ConnLow, ConnHigh int
+	// DiscoveryInterval is how often the node looks for more peers while it
+	// has fewer than TargetPeers; it checks ten times less often otherwise.
+	DiscoveryInterval time.Duration
+	// AdvertiseInterval is how often the node renews its rendezvous record.
+	AdvertiseInterval time.Duration
+	// BackoffMin and BackoffMax bound the wait between dials of a join or
+	// remembered peer that does not answer (doubling, with jitter).
+	BackoffMin, BackoffMax time.Duration
+	// MaxRemembered caps the peers kept in <DataDir>/peers.json.
+	MaxRemembered int
+}
+
+// DefaultListenAddrs are used when Config.ListenAddrs is empty.
+var DefaultListenAddrs = []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}
+
+// DefaultConfig returns the defaults of `tribe agent`. It does no I/O.
+func DefaultConfig() Config {
+	return Config{
+		Cluster:           "tribe",
+		MDNS:              true,
+		API:               true,
+		TargetPeers:       8,
+		ConnLow:           64,
+		ConnHigh:          128,
+		DiscoveryInterval: 10 * time.Second,
+		AdvertiseInterval: 10 * time.Minute,
+		BackoffMin:        500 * time.Millisecond,
+		BackoffMax:        time.Minute,
+		MaxRemembered:     256,
+	}
+}
+
+var clusterRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// Validate reports everything wrong with c, joined. It changes nothing.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.DataDir == "" {
+		bad("data dir is empty")
+	}
+	if !clusterRE.MatchString(c.Cluster) {
+		bad("cluster %q: use 1 to 32 lower-case letters, digits and dashes, starting with a letter or digit", c.Cluster)
+	}
+	if len(c.Name) > 64 || strings.ContainsAny(c.Name, "\x00\n\r\t") {
+		bad("name %q: at most 64 characters, no control characters", c.Name)
+	}
+	for _, s := range c.ListenAddrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			bad("listen address %q: %v", s, err)
+			continue
+		}
+		if c.SwarmKeyFile != "" && isQUIC(a) {
+			bad("listen address %q: QUIC cannot use a swarm key; listen on TCP only", s)
+		}
+	}
+	for _, s := range c.Join {
+		if _, err := parseJoin(s); err != nil {
+			bad("%v", err)
+		}
+	}
+	if c.TargetPeers < 1 {
+		bad("target peers must be at least 1, not %d", c.TargetPeers)
+	}
+	if c.ConnLow < 1 || c.ConnHigh < c.ConnLow {
+		bad("connection water marks must satisfy 1 <= low (%d) <= high (%d)", c.ConnLow, c.ConnHigh)
+	}
+	for name, d := range map[string]time.Duration{
+		"discovery interval": c.DiscoveryInterval,
+		"advertise interval": c.AdvertiseInterval,
+		"minimum backoff":    c.BackoffMin,
+	} {
+		if d <= 0 {
+			bad("%s must be positive, not %v", name, d)
+		}
+	}
+	if c.BackoffMax < c.BackoffMin {
+		bad("maximum backoff %v is below the minimum %v", c.BackoffMax, c.BackoffMin)
+	}
+	if c.MaxRemembered < 0 {
+		bad("max remembered peers must not be negative")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node: invalid config: %w", err)
+	}
+	return nil
+}
+
+// listenAddrs returns the addresses to listen on, defaults applied.
+func (c Config) listenAddrs() []ma.Multiaddr {
+	src := c.ListenAddrs
+	if len(src) == 0 {
+		src = DefaultListenAddrs
+	}
+	var out []ma.Multiaddr
+	for _, s := range src {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			continue // Validate has refused it already
+		}
+		if c.SwarmKeyFile != "" && isQUIC(a) {
+			continue // only reachable for the defaults: Validate refuses explicit ones
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func isQUIC(a ma.Multiaddr) bool {
+	_, err := a.ValueForProtocol(ma.P_QUIC_V1)
+	return err == nil
+}
+
+// parseJoin parses a --join address, which must name the peer.
+func parseJoin(s string) (peer.AddrInfo, error) {
+	a, err := ma.NewMultiaddr(s)
+	if err != nil {
+		return peer.AddrInfo{}, fmt.Errorf("join address %q: %v", s, err)
+	}
+	ai, err := peer.AddrInfoFromP2pAddr(a)
+	if err != nil {
+		return peer.AddrInfo{}, fmt.Errorf("join address %q has no /p2p/<peer-id>: copy a full address from `tribe status` on that host", s)
+	}
+	return *ai, nil
+}

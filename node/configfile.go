@@ -1,0 +1,57 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// FileConfig is the agent's config file (--config), YAML or JSON. Every
+// field is optional; a field that is set replaces the default, and a
+// command-line flag replaces the file.
+type FileConfig struct {
+	Name        *string  `yaml:"name"`
+	Cluster     *string  `yaml:"cluster"`
+	Listen      []string `yaml:"listen"`
+	Join        []string `yaml:"join"`
+	MDNS        *bool    `yaml:"mdns"`
+	SwarmKey    *string  `yaml:"swarm_key"`
+	TargetPeers *int     `yaml:"target_peers"`
+}
+
+// LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
+// are an error, so a typo never goes unnoticed.
+func LoadConfigFile(path string, cfg *Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("node: config file: %w", err)
+	}
+	var f FileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("node: config file %s: %w", path, err)
+	}
+	set(&cfg.Name, f.Name)
+	set(&cfg.Cluster, f.Cluster)
+	set(&cfg.MDNS, f.MDNS)
+	set(&cfg.SwarmKeyFile, f.SwarmKey)
+	set(&cfg.TargetPeers, f.TargetPeers)
+	if f.Listen != nil {
+		cfg.ListenAddrs = f.Listen
+	}
+	if f.Join != nil {
+		cfg.Join = f.Join
+	}
+	return nil
+}
+
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}

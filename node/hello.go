@@ -1,0 +1,215 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// HelloProtocol tells two connected peers each other's name and cluster.
+// The dialler of the stream sends its hello, the other side answers with its
+// own, and both remember what they heard. Identify carries no such names, and
+// listing peers by name is the first thing an operator asks for.
+const HelloProtocol protocol.ID = "/tribe/hello/1.0.0"
+
+const (
+	maxHelloSize = 4 << 10
+	helloTimeout = 10 * time.Second
+)
+
+// ErrBadHello is returned for a hello message that is not valid.
+var ErrBadHello = errors.New("node: bad hello message")
+
+// hello is the one message of HelloProtocol.
+type hello struct {
+	Name    string `json:"name"`
+	Cluster string `json:"cluster"`
+	Version string `json:"version"`
+}
+
+// decodeHello parses a hello from the network: at most maxHelloSize bytes
+// of JSON with a valid cluster name.
+func decodeHello(b []byte) (hello, error) {
+	if len(b) > maxHelloSize {
+		return hello{}, fmt.Errorf("%w: %d bytes, limit %d", ErrBadHello, len(b), maxHelloSize)
+	}
+	var h hello
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return hello{}, fmt.Errorf("%w: %v", ErrBadHello, err)
+	}
+	if dec.More() {
+		return hello{}, fmt.Errorf("%w: trailing data", ErrBadHello)
+	}
+	if !clusterRE.MatchString(h.Cluster) {
+		return hello{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)
+	}
+	if len(h.Name) > 64 || len(h.Version) > 64 {
+		return hello{}, fmt.Errorf("%w: name or version too long", ErrBadHello)
+	}
+	return h, nil
+}
+
+// peerBook holds what hello told us, by peer.
+type peerBook struct {
+	mu sync.RWMutex
+	m  map[peer.ID]hello
+}
+
+func newPeerBook() *peerBook { return &peerBook{m: map[peer.ID]hello{}} }
+
+func (b *peerBook) get(p peer.ID) (hello, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	h, ok := b.m[p]
+	return h, ok
+}
+
+// put records h and reports whether anything changed.
+func (b *peerBook) put(p peer.ID, h hello) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, ok := b.m[p]
+	b.m[p] = h
+	return !ok || old != h
+}
+
+func (n *Node) ownHello() hello {
+	return hello{Name: n.cfg.Name, Cluster: n.cfg.Cluster, Version: Version}
+}
+
+// startHello serves HelloProtocol and greets every peer once identify has
+// told us it speaks it.
+func (n *Node) startHello() error {
+	n.host.SetStreamHandler(HelloProtocol, n.handleHello)
+	sub, err := n.host.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted))
+	if err != nil {
+		return fmt.Errorf("node: subscribe to identify events: %w", err)
+	}
+	n.spawn(func() {
+		defer sub.Close()
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case e, ok := <-sub.Out():
+				if !ok {
+					return
+				}
+				ev := e.(event.EvtPeerIdentificationCompleted)
+				if _, known := n.peers.get(ev.Peer); known || !slices.Contains(ev.Protocols, HelloProtocol) {
+					continue
+				}
+				n.spawn(func() { n.greet(ev.Peer) })
+			}
+		}
+	})
+	return nil
+}
+
+// greet runs the dialling side of HelloProtocol with p.
+func (n *Node) greet(p peer.ID) {
+	ctx, cancel := context.WithTimeout(n.ctx, helloTimeout)
+	defer cancel()
+	s, err := n.host.NewStream(ctx, p, HelloProtocol)
+	if err != nil {
+		n.log.Debug("hello: open stream", "peer", p, "err", err)
+		return
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(helloTimeout))
+	if err := writeHello(s, n.ownHello()); err != nil {
+		s.Reset()
+		n.log.Debug("hello: send", "peer", p, "err", err)
+		return
+	}
+	h, err := readHello(s)
+	if err != nil {
+		s.Reset()
+		n.log.Warn("hello: bad answer", "peer", p, "err", err)
+		return
+	}
+	n.heard(p, h)
+}
+
+// handleHello answers a peer's hello with ours.
+func (n *Node) handleHello(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(helloTimeout))
+	h, err := readHello(s)
+	if err != nil {
+		s.Reset()
+		n.log.Warn("hello: bad message", "peer", s.Conn().RemotePeer(), "err", err)
+		return
+	}
+	if err := writeHello(s, n.ownHello()); err != nil {
+		s.Reset()
+		return
+	}
+	n.heard(s.Conn().RemotePeer(), h)
+}
+
+// heard records a peer's hello; a new peer of our cluster is remembered at
+// once, so a crash right after connecting still finds it again on restart.
+func (n *Node) heard(p peer.ID, h hello) {
+	if !n.peers.put(p, h) {
+		return
+	}
+	if h.Cluster != n.cfg.Cluster {
+		n.log.Debug("peer belongs to another cluster", "peer", p, "cluster", h.Cluster)
+		return
+	}
+	n.log.Debug("peer connected", "peer", p, "name", h.Name)
+	if n.remembered.seen(p, n.host.Peerstore().Addrs(p), n.now()) {
+		if err := n.remembered.save(); err != nil {
+			n.log.Warn("saving remembered peers", "err", err)
+		}
+	}
+}
+
+func writeHello(w io.Writer, h hello) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = w.Write(b)
+	return err
+}
+
+// readHello reads one newline-terminated hello of at most maxHelloSize.
+func readHello(r io.Reader) (hello, error) {
+	buf := make([]byte, 0, 256)
+	one := make([]byte, 256)
+	for {
+		k, err := r.Read(one)
+		buf = append(buf, one[:k]...)
+		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+			if i != len(buf)-1 {
+				return hello{}, fmt.Errorf("%w: trailing data", ErrBadHello)
+			}
+			return decodeHello(buf[:i])
+		}
+		if len(buf) > maxHelloSize {
+			return hello{}, fmt.Errorf("%w: over %d bytes", ErrBadHello, maxHelloSize)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return hello{}, fmt.Errorf("%w: stream ended before the message did", ErrBadHello)
+			}
+			return hello{}, err
+		}
+	}
+}

@@ -1,0 +1,299 @@
+// Package node is the tribe agent: the composition root that builds the
+// libp2p host, runs discovery (mDNS, --join peers, a private Kademlia DHT
+// with rendezvous under the cluster name, remembered peers) and serves the
+// local control API.
+//
+// Drive it as New (build and validate, no goroutines) then Start (listeners
+// and goroutines) then Close; Run does all three around the control API for
+// `tribe agent`. The simulator injects a mocknet host through Deps.
+//
+// What the node wires together, one file each:
+//
+//	host.go       the libp2p host of a real agent (transports, limits)
+//	hello.go      /tribe/hello/1.0.0: names and clusters of connected peers
+//	join.go       --join peers kept connected, with backoff
+//	discovery.go  mDNS, DHT rendezvous, and the loop that keeps TargetPeers
+//	remembered.go peers seen, kept in <data-dir>/peers.json across restarts
+//	agent.go      Run: a node plus the control API (node/api)
+package node
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
+	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+
+	"github.com/tribeagent/tribe/keys"
+)
+
+// Version is the agent's version, set at build time with
+// -ldflags "-X github.com/tribeagent/tribe/node.Version=...".
+var Version = "0.1.0-dev"
+
+// Deps are the node's collaborators. Every field is optional.
+type Deps struct {
+	// Host replaces the host New would build from Config (the simulator
+	// passes a mocknet host). The node takes ownership and closes it. With a
+	// Host, the identity is the host's and ListenAddrs and SwarmKeyFile are
+	// ignored.
+	Host host.Host
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
+	// Rand drives jitter and peer choice; nil seeds one from crypto/rand.
+	// The node guards it with its own lock.
+	Rand *rand.Rand
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Node is a running tribe agent. Its methods are safe for concurrent use.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+	host     host.Host
+	ownsHost bool // built from Config: Start opens its listeners
+	joins    []peer.AddrInfo
+	lock     *os.File // flock on <data-dir>/lock
+	private  bool
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	peers      *peerBook   // what hello told us about connected peers
+	remembered *remembered // peers.json
+
+	dht  *dht.IpfsDHT
+	mdns mdns.Service
+
+	started   time.Time
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, takes the data dir (one node per data dir), loads or
+// creates the identity, and builds the host. It starts nothing.
+func New(cfg Config, deps Deps) (_ *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		if cfg.Name, err = os.Hostname(); err != nil || cfg.Name == "" {
+			cfg.Name = "tribe"
+		}
+	}
+	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook()}
+	if n.log == nil {
+		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if n.now == nil {
+		n.now = time.Now
+	}
+	if n.rng == nil {
+		var seed [16]byte
+		crand.Read(seed[:])
+		n.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))
+	}
+	for _, s := range cfg.Join {
+		ai, _ := parseJoin(s) // Validate has checked it
+		n.joins = append(n.joins, ai)
+	}
+
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: data dir: %w", err)
+	}
+	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			n.lock.Close()
+		}
+	}()
+
+	if deps.Host != nil {
+		n.host = deps.Host
+	} else {
+		key, created, err := keys.LoadOrCreateIdentity(filepath.Join(cfg.DataDir, keys.IdentityFile))
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			n.log.Info("created a new identity", "file", filepath.Join(cfg.DataDir, keys.IdentityFile))
+		}
+		var psk pnet.PSK
+		if cfg.SwarmKeyFile != "" {
+			if psk, err = keys.LoadSwarmKey(cfg.SwarmKeyFile); err != nil {
+				return nil, err
+			}
+			n.private = true
+		}
+		if n.host, err = buildHost(cfg, key, psk); err != nil {
+			return nil, err
+		}
+		n.ownsHost = true
+	}
+	n.log = n.log.With("node", cfg.Name)
+
+	var warn error
+	n.remembered, warn = loadRemembered(filepath.Join(cfg.DataDir, rememberedFile), cfg.MaxRemembered)
+	if warn != nil {
+		n.log.Warn("ignoring remembered peers", "err", warn)
+	}
+	return n, nil
+}
+
+// lockDataDir takes an exclusive flock so two agents never share a data dir.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("node: lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("node: data dir %s is in use by another agent", dir)
+		}
+		return nil, fmt.Errorf("node: lock data dir: %w", err)
+	}
+	return f, nil
+}
+
+// Start opens the listeners and starts discovery. ctx bounds only the
+// start-up; the node runs until Close.
+func (n *Node) Start(ctx context.Context) error {
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.started = n.now()
+	if n.ownsHost {
+		addrs := n.cfg.listenAddrs()
+		if err := n.host.Network().Listen(addrs...); err != nil {
+			return fmt.Errorf("node: listen on %v: %w", addrs, err)
+		}
+	}
+	if err := n.startHello(); err != nil {
+		return err
+	}
+	var err error
+	n.dht, err = dht.New(n.host,
+		dht.Mode(dht.ModeServer),
+		dht.ProtocolPrefix("/tribe"),
+		dht.BootstrapPeers(n.joins...),
+	)
+	if err != nil {
+		return fmt.Errorf("node: dht: %w", err)
+	}
+	if n.cfg.MDNS {
+		n.mdns = mdns.NewMdnsService(n.host, mdnsServiceName(n.cfg.Cluster), mdnsNotifee{n})
+		if err := n.mdns.Start(); err != nil {
+			return fmt.Errorf("node: mdns: %w", err)
+		}
+	}
+	for _, ai := range n.joins {
+		if ai.ID == n.host.ID() {
+			n.log.Warn("ignoring --join address of this node itself", "addr", ai)
+			continue
+		}
+		n.spawn(func() { n.keepJoined(ai) })
+	}
+	n.spawn(n.discoveryLoop)
+	n.spawn(n.saveLoop)
+	n.log.Info("node started", "id", n.host.ID(), "addrs", n.host.Addrs(), "cluster", n.cfg.Cluster, "mdns", n.cfg.MDNS, "private", n.private)
+	return nil
+}
+
+// spawn runs f in a goroutine that Close waits for.
+func (n *Node) spawn(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// Close stops discovery, saves the remembered peers, closes the host and
+// releases the data dir. It is safe to call more than once and on a node
+// that was never started.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.cancel != nil {
+			n.cancel()
+		}
+		if n.mdns != nil {
+			errs = append(errs, n.mdns.Close())
+		}
+		if n.dht != nil {
+			errs = append(errs, n.dht.Close())
+		}
+		n.wg.Wait()
+		errs = append(errs, n.remembered.save())
+		errs = append(errs, n.host.Close())
+		errs = append(errs, n.lock.Close())
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// ID is the node's peer ID.
+func (n *Node) ID() peer.ID { return n.host.ID() }
+
+// Name is the node's human name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Host is the node's libp2p host, for components layered on the node.
+func (n *Node) Host() host.Host { return n.host }
+
+// AddrInfo is how other nodes reach this one.
+func (n *Node) AddrInfo() peer.AddrInfo {
+	return peer.AddrInfo{ID: n.host.ID(), Addrs: n.host.Addrs()}
+}
+
+// ConnectedPeers returns the connected peers of the same cluster that have
+// answered hello.
+func (n *Node) ConnectedPeers() []peer.ID {
+	var out []peer.ID
+	for _, p := range n.host.Network().Peers() {
+		if info, ok := n.peers.get(p); ok && info.Cluster == n.cfg.Cluster {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// float returns a uniform number in [0, 1) from the node's random source.
+func (n *Node) float() float64 {
+	n.rngMu.Lock()
+	defer n.rngMu.Unlock()
+	return n.rng.Float64()
+}
+
+// sleep waits for d or until the node closes; it reports whether to go on.
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,143 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Partition splits the cluster into groups of node indices, each node named
+// exactly once: links between groups are removed and their connections
+// closed (mocknet's UnlinkPeers alone only blocks new dials).
+func (s *Sim) Partition(groups ...[]int) error {
+	group := make([]int, len(s.members))
+	for i := range group {
+		group[i] = -1
+	}
+	for g, idx := range groups {
+		for _, i := range idx {
+			if i < 0 || i >= len(s.members) {
+				return fmt.Errorf("sim: partition: no node %d", i)
+			}
+			if group[i] != -1 {
+				return fmt.Errorf("sim: partition: node %d is in two groups", i)
+			}
+			group[i] = g
+		}
+	}
+	for i, g := range group {
+		if g == -1 {
+			return fmt.Errorf("sim: partition: node %d is in no group", i)
+		}
+	}
+	s.mu.Lock()
+	s.group = group
+	s.mu.Unlock()
+	var errs []error
+	s.crossPairs(group, func(a, b peer.ID) {
+		if len(s.mn.LinksBetweenPeers(a, b)) > 0 {
+			errs = append(errs, s.mn.UnlinkPeers(a, b))
+		}
+	})
+	// No new dial across can succeed now, but one that had already found
+	// its link may still complete: close connections until none is left.
+	for pass := 0; ; pass++ {
+		open := 0
+		s.crossPairs(group, func(a, b peer.ID) {
+			if len(s.mn.Net(a).ConnsToPeer(b)) > 0 {
+				open++
+				errs = append(errs, s.mn.DisconnectPeers(a, b))
+			}
+		})
+		if open == 0 {
+			break
+		}
+		if pass == 100 {
+			errs = append(errs, fmt.Errorf("sim: partition: connections keep reappearing"))
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // let in-flight dials land
+	}
+	return errors.Join(errs...)
+}
+
+// crossPairs calls f for every pair of nodes in different groups.
+func (s *Sim) crossPairs(group []int, f func(a, b peer.ID)) {
+	for i := range s.members {
+		for j := i + 1; j < len(s.members); j++ {
+			if group[i] != group[j] {
+				f(s.members[i].id, s.members[j].id)
+			}
+		}
+	}
+}
+
+// Heal relinks every pair of running nodes that a partition separated. The
+// nodes reconnect by themselves (join peers, remembered peers, rendezvous).
+func (s *Sim) Heal() error {
+	s.mu.Lock()
+	group := s.group
+	s.group = make([]int, len(s.members))
+	s.mu.Unlock()
+	var errs []error
+	s.crossPairs(group, func(a, b peer.ID) {
+		if len(s.mn.LinksBetweenPeers(a, b)) == 0 {
+			_, err := s.mn.LinkPeers(a, b)
+			errs = append(errs, err)
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Crash stops node i abruptly: its host goes away, so its peers see the
+// connections drop. What it had written to its data dir stays (the node
+// writes remembered peers as it meets them), as after a real crash.
+func (s *Sim) Crash(i int) error {
+	s.mu.Lock()
+	n := s.members[i].node
+	s.members[i].node = nil
+	s.mu.Unlock()
+	if n == nil {
+		return fmt.Errorf("sim: node %d is not running", i)
+	}
+	return n.Close()
+}
+
+// Restart brings crashed node i back with the same identity and data dir on
+// a fresh mocknet host, linked to every node of its partition group.
+func (s *Sim) Restart(ctx context.Context, i int) error {
+	s.mu.Lock()
+	m := s.members[i]
+	running := m.node != nil
+	group := s.group
+	s.mu.Unlock()
+	if running {
+		return fmt.Errorf("sim: node %d is running", i)
+	}
+	// The old links point at the closed host's network; replace them.
+	for j, o := range s.members {
+		if j == i {
+			continue
+		}
+		if len(s.mn.LinksBetweenPeers(m.id, o.id)) > 0 {
+			if err := s.mn.UnlinkPeers(m.id, o.id); err != nil {
+				return fmt.Errorf("sim: restart %d: %w", i, err)
+			}
+		}
+	}
+	if _, err := s.mn.AddPeer(m.key, m.addr); err != nil {
+		return fmt.Errorf("sim: restart %d: %w", i, err)
+	}
+	for j, o := range s.members {
+		if j == i || group[j] != group[i] {
+			continue
+		}
+		if _, err := s.mn.LinkPeers(m.id, o.id); err != nil {
+			return fmt.Errorf("sim: restart %d: %w", i, err)
+		}
+	}
+	return s.boot(ctx, i)
+}

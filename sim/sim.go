@@ -1,0 +1,261 @@
+// Package sim runs many real tribe nodes in one process on libp2p's mock
+// network: seeded random topologies, link latency, partitions, crashes and
+// restarts with the node's data dir, and waiting for conditions with a
+// deadline. Tests, benchmarks and `tribe sim` drive clusters through it.
+//
+//	s, err := sim.New(sim.Config{Nodes: 100, Seed: 1})
+//	defer s.Close()
+//	err = s.Start(ctx)
+//	err = s.WaitFor(ctx, time.Minute, func() bool { return s.MinPeers() >= 3 })
+//
+// Each node is a full node.Node (hello, --join peers, Kademlia DHT in server
+// mode, rendezvous, remembered peers) with mDNS and the control API off. The
+// topology is what the nodes are told to --join: node i joins Config.Joins
+// random nodes among 0..i-1, so with one join the seeds form a random tree and
+// everything beyond it is found by the nodes' own discovery.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/tribeagent/tribe/node"
+)
+
+// Config describes a simulated cluster.
+type Config struct {
+	// Nodes is the number of nodes (at least 1).
+	Nodes int
+	// Latency is added to every link.
+	Latency time.Duration
+	// Seed makes topology, keys' order and each node's randomness repeatable.
+	Seed uint64
+	// Joins is how many earlier nodes each node is told to --join
+	// (default 1).
+	Joins int
+	// Dir holds the nodes' data dirs; empty means a temporary dir that
+	// Close removes.
+	Dir string
+	// Logger receives every node's logs; nil discards them.
+	Logger *slog.Logger
+	// Tune, if set, adjusts node i's config before it is built.
+	Tune func(i int, cfg *node.Config)
+}
+
+// NodeConfig is the node config the simulator starts from: no mDNS, no
+// API socket, and discovery timers scaled down to simulation speed.
+func NodeConfig() node.Config {
+	c := node.DefaultConfig()
+	c.MDNS = false
+	c.API = false
+	c.DiscoveryInterval = time.Second
+	c.BackoffMin = 100 * time.Millisecond
+	c.BackoffMax = 2 * time.Second
+	return c
+}
+
+// Sim is a running simulated cluster. Its methods are safe for concurrent
+// use, but Partition, Heal, Crash and Restart should not race each other.
+type Sim struct {
+	cfg     Config
+	mn      mocknet.Mocknet
+	dir     string
+	ownsDir bool
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	members []*member
+	group   []int // partition group of each node; all 0 when healed
+}
+
+type member struct {
+	key   crypto.PrivKey
+	id    peer.ID
+	addr  ma.Multiaddr
+	dir   string
+	cfg   node.Config
+	seed  uint64
+	node  *node.Node // nil while crashed
+	boots int
+}
+
+// New builds the mock network and the nodes, linked all to all. It starts
+// nothing.
+func New(cfg Config) (*Sim, error) {
+	if cfg.Nodes < 1 {
+		return nil, fmt.Errorf("sim: need at least 1 node, not %d", cfg.Nodes)
+	}
+	if cfg.Joins == 0 {
+		cfg.Joins = 1
+	}
+	s := &Sim{cfg: cfg, mn: mocknet.New(), dir: cfg.Dir, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.dir == "" {
+		d, err := os.MkdirTemp("", "tribe-sim-")
+		if err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+		s.dir, s.ownsDir = d, true
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x7472696265))
+	s.mn.SetLinkDefaults(mocknet.LinkOptions{Latency: cfg.Latency})
+	s.group = make([]int, cfg.Nodes)
+	for i := range cfg.Nodes {
+		m, err := s.newMember(i, rng)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.members = append(s.members, m)
+	}
+	if err := s.mn.LinkAll(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sim: link: %w", err)
+	}
+	for i, m := range s.members {
+		for _, j := range pickJoins(rng, i, cfg.Joins) {
+			m.cfg.Join = append(m.cfg.Join, s.members[j].p2pAddr())
+		}
+	}
+	return s, nil
+}
+
+// pickJoins picks up to k distinct nodes among 0..i-1.
+func pickJoins(rng *rand.Rand, i, k int) []int {
+	if i == 0 {
+		return nil
+	}
+	perm := rng.Perm(i)
+	return perm[:min(k, i)]
+}
+
+func (s *Sim) newMember(i int, rng *rand.Rand) (*member, error) {
+	key, _, err := crypto.GenerateEd25519Key(seededReader{rng})
+	if err != nil {
+		return nil, fmt.Errorf("sim: key: %w", err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("sim: key: %w", err)
+	}
+	addr := ma.StringCast(fmt.Sprintf("/ip6/100::%x:%x/tcp/4001", i>>16, i&0xffff))
+	if _, err := s.mn.AddPeer(key, addr); err != nil {
+		return nil, fmt.Errorf("sim: add peer: %w", err)
+	}
+	cfg := NodeConfig()
+	cfg.Name = fmt.Sprintf("n%d", i)
+	cfg.DataDir = filepath.Join(s.dir, cfg.Name)
+	if s.cfg.Tune != nil {
+		s.cfg.Tune(i, &cfg)
+	}
+	return &member{key: key, id: id, addr: addr, dir: cfg.DataDir, cfg: cfg, seed: rng.Uint64()}, nil
+}
+
+func (m *member) p2pAddr() string { return m.addr.String() + "/p2p/" + m.id.String() }
+
+// seededReader makes key generation repeatable from the sim's seed.
+type seededReader struct{ rng *rand.Rand }
+
+func (r seededReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r.rng.Uint32())
+	}
+	return len(p), nil
+}
+
+// Start builds and starts every node, a few at a time.
+func (s *Sim) Start(ctx context.Context) error {
+	sem := make(chan struct{}, 4*runtime.GOMAXPROCS(0))
+	errs := make([]error, len(s.members))
+	var wg sync.WaitGroup
+	for i := range s.members {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = s.boot(ctx, i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// boot builds and starts node i on its current mocknet host.
+func (s *Sim) boot(ctx context.Context, i int) error {
+	s.mu.Lock()
+	m := s.members[i]
+	m.boots++
+	seed := m.seed + uint64(m.boots)
+	s.mu.Unlock()
+	n, err := node.New(m.cfg, node.Deps{
+		Host:   s.mn.Host(m.id),
+		Logger: s.log.With("sim_node", i),
+		Rand:   rand.New(rand.NewPCG(seed, uint64(i))),
+	})
+	if err != nil {
+		return fmt.Errorf("sim: node %d: %w", i, err)
+	}
+	if err := n.Start(ctx); err != nil {
+		n.Close()
+		return fmt.Errorf("sim: node %d: %w", i, err)
+	}
+	s.mu.Lock()
+	m.node = n
+	s.mu.Unlock()
+	return nil
+}
+
+// Len is the number of nodes, running or crashed.
+func (s *Sim) Len() int { return len(s.members) }
+
+// Node returns node i, or nil while it is crashed.
+func (s *Sim) Node(i int) *node.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.members[i].node
+}
+
+// ID is node i's peer ID, stable across restarts.
+func (s *Sim) ID(i int) peer.ID { return s.members[i].id }
+
+// Close stops every node and the mock network, and removes the data dirs if
+// the sim made them.
+func (s *Sim) Close() error {
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range s.members {
+		if n := s.Node(i); n != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := n.Close()
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	errs = append(errs, s.mn.Close())
+	if s.ownsDir {
+		errs = append(errs, os.RemoveAll(s.dir))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,149 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const validJoin = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWJveGj4FtLxPTCvQzyzUweLC22uto2brEtE4pTkK6xNCj"
+
+func validConfig() Config {
+	c := DefaultConfig()
+	c.DataDir = "/tmp/x"
+	return c
+}
+
+func TestDefaultConfigIsValidOnceDataDirIsSet(t *testing.T) {
+	if err := validConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := DefaultConfig().Validate(); err == nil || !strings.Contains(err.Error(), "data dir") {
+		t.Fatalf("default config without a data dir: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*Config)
+		want   string // "" means valid
+	}{
+		{"join with peer id", func(c *Config) { c.Join = []string{validJoin} }, ""},
+		{"listen port 0", func(c *Config) { c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"} }, ""},
+		{"bad listen", func(c *Config) { c.ListenAddrs = []string{"127.0.0.1:4001"} }, "listen address"},
+		{"join without peer id", func(c *Config) { c.Join = []string{"/ip4/127.0.0.1/tcp/4001"} }, "no /p2p/"},
+		{"join not a multiaddr", func(c *Config) { c.Join = []string{"host:4001"} }, "join address"},
+		{"empty cluster", func(c *Config) { c.Cluster = "" }, "cluster"},
+		{"cluster with spaces", func(c *Config) { c.Cluster = "my cluster" }, "cluster"},
+		{"cluster too long", func(c *Config) { c.Cluster = strings.Repeat("a", 33) }, "cluster"},
+		{"name with newline", func(c *Config) { c.Name = "a\nb" }, "name"},
+		{"quic with swarm key", func(c *Config) {
+			c.SwarmKeyFile = "k"
+			c.ListenAddrs = []string{"/ip4/0.0.0.0/udp/4001/quic-v1"}
+		}, "QUIC cannot use a swarm key"},
+		{"tcp with swarm key", func(c *Config) {
+			c.SwarmKeyFile = "k"
+			c.ListenAddrs = []string{"/ip4/0.0.0.0/tcp/4001"}
+		}, ""},
+		{"zero target", func(c *Config) { c.TargetPeers = 0 }, "target peers"},
+		{"water marks", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "water marks"},
+		{"backoff order", func(c *Config) { c.BackoffMax = c.BackoffMin / 2 }, "maximum backoff"},
+		{"zero interval", func(c *Config) { c.DiscoveryInterval = 0 }, "discovery interval"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.change(&c)
+			before := c.Join
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if len(c.Join) != len(before) {
+				t.Fatal("Validate changed the config")
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := validConfig()
+	c.Cluster = ""
+	c.TargetPeers = 0
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "cluster") || !strings.Contains(err.Error(), "target peers") {
+		t.Fatalf("err = %v, want both problems", err)
+	}
+}
+
+func TestListenAddrsDefaultsDropQUICWithSwarmKey(t *testing.T) {
+	c := validConfig()
+	if got := len(c.listenAddrs()); got != 2 {
+		t.Fatalf("default listen addrs: %d, want 2", got)
+	}
+	c.SwarmKeyFile = "k"
+	addrs := c.listenAddrs()
+	if len(addrs) != 1 || isQUIC(addrs[0]) {
+		t.Fatalf("with a swarm key: %v, want TCP only", addrs)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	lo, hi := 500*time.Millisecond, time.Minute
+	cases := []struct {
+		failures int
+		u        float64
+		want     time.Duration
+	}{
+		{1, 0.5, 500 * time.Millisecond},
+		{2, 0.5, time.Second},
+		{3, 0.5, 2 * time.Second},
+		{8, 0.5, time.Minute}, // 500ms·2^7 = 64s, capped at a minute
+		{100, 0.5, time.Minute},
+		{1, 0, 400 * time.Millisecond},     // -20%
+		{100, 0.999999, 72 * time.Second}, // just under +20%
+	}
+	for _, tc := range cases {
+		got := backoff(tc.failures, lo, hi, tc.u)
+		if diff := got - tc.want; diff < -time.Millisecond || diff > time.Millisecond {
+			t.Errorf("backoff(%d, u=%v) = %v, want %v", tc.failures, tc.u, got, tc.want)
+		}
+	}
+}
+
+func TestLoadConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tribe.yaml")
+	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\n"), 0o600)
+	c := validConfig()
+	if err := LoadConfigFile(path, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "web-1" || c.Cluster != "prod" || c.MDNS || len(c.Join) != 1 || c.TargetPeers != 4 {
+		t.Fatalf("config file not applied: %+v", c)
+	}
+	if c.ListenAddrs != nil {
+		t.Fatal("unset listen changed")
+	}
+
+	os.WriteFile(path, []byte("nmae: typo\n"), 0o600)
+	if err := LoadConfigFile(path, &c); err == nil || !strings.Contains(err.Error(), "nmae") {
+		t.Fatalf("typo in config file: %v", err)
+	}
+	os.WriteFile(path, []byte(`{"cluster": "json-works"}`), 0o600)
+	if err := LoadConfigFile(path, &c); err != nil || c.Cluster != "json-works" {
+		t.Fatalf("JSON config: %v, cluster %q", err, c.Cluster)
+	}
+	if err := LoadConfigFile(filepath.Join(dir, "missing.yaml"), &c); err == nil {
+		t.Fatal("missing config file accepted")
+	}
+}

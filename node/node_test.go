@@ -1,0 +1,128 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// loopbackConfig is a real agent's config on loopback with mDNS off.
+func loopbackConfig(t *testing.T, name string) Config {
+	c := DefaultConfig()
+	c.Name = name
+	c.DataDir = t.TempDir()
+	c.MDNS = false
+	c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}
+	c.BackoffMin = 50 * time.Millisecond
+	return c
+}
+
+func startNode(t *testing.T, c Config) *Node {
+	t.Helper()
+	n, err := New(c, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestTwoRealNodesJoinAndNameEachOther(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	cb := loopbackConfig(t, "b")
+	for _, s := range p2pAddrs(a.ID(), a.Host().Addrs()) {
+		if strings.Contains(s, "/tcp/") {
+			cb.Join = append(cb.Join, s)
+		}
+	}
+	b := startNode(t, cb)
+	waitFor(t, "a and b to see each other", func() bool {
+		return len(a.ConnectedPeers()) == 1 && len(b.ConnectedPeers()) == 1
+	})
+	peers, err := a.Peers(context.Background())
+	if err != nil || len(peers) != 1 || peers[0].Name != "b" || peers[0].ID != b.ID().String() || len(peers[0].Addrs) == 0 {
+		t.Fatalf("a's peers: %+v, %v", peers, err)
+	}
+	st, _ := b.Status(context.Background())
+	if st.Peers != 1 || st.Name != "b" || st.ID != b.ID().String() {
+		t.Fatalf("b's status: %+v", st)
+	}
+	// b remembered a on disk as soon as it met it.
+	raw, err := os.ReadFile(filepath.Join(cb.DataDir, rememberedFile))
+	if err != nil || !strings.Contains(string(raw), a.ID().String()) {
+		t.Fatalf("peers.json: %s, %v", raw, err)
+	}
+}
+
+func TestPeersOfAnotherClusterAreNotListed(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	cb := loopbackConfig(t, "b")
+	cb.Cluster = "other"
+	cb.Join = p2pAddrs(a.ID(), a.Host().Addrs())[:1]
+	b := startNode(t, cb)
+	waitFor(t, "a to hear b's hello", func() bool { _, ok := a.peers.get(b.ID()); return ok })
+	if got := a.ConnectedPeers(); len(got) != 0 {
+		t.Fatalf("a lists a peer of another cluster: %v", got)
+	}
+}
+
+func TestDataDirIsExclusive(t *testing.T) {
+	c := loopbackConfig(t, "a")
+	n, err := New(c, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := New(c, Deps{}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second node on one data dir: %v", err)
+	}
+}
+
+func TestRunServesTheAPIAndRemovesTheSocket(t *testing.T) {
+	c := loopbackConfig(t, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan *Node, 1)
+	go func() { done <- Run(ctx, c, testLogger(t), func(n *Node) { ready <- n }) }()
+	var n *Node
+	select {
+	case n = <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	sock := filepath.Join(c.DataDir, api.SocketName)
+	st, err := os.Stat(sock)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v, mode %v", err, st.Mode())
+	}
+	got, err := api.NewClient(sock).Status(context.Background())
+	if err != nil || got.ID != n.ID().String() {
+		t.Fatalf("status over the socket: %+v, %v", got, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind: %v", err)
+	}
+}

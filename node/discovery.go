@@ -15,6 +15,10 @@ import (
 // peers are written at once; this covers address and last-seen updates).
 const saveInterval = 30 * time.Second
 
+// emptyTableRecheck is how often discovery looks again while the DHT
+// routing table is empty.
+const emptyTableRecheck = time.Second
+
 // maxParallelDials bounds the dials one discovery round makes at once.
 const maxParallelDials = 8
 
@@ -50,8 +54,8 @@ func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 
 // discoveryLoop keeps the node at TargetPeers: it redials remembered peers
 // and looks the cluster up in the DHT, and keeps the node's own rendezvous
-// record fresh. It checks every DiscoveryInterval while short of peers and
-// ten times less often otherwise.
+// record fresh. It checks every DiscoveryInterval while short of peers, ten
+// times less often otherwise, and every second while it knows no DHT peer.
 func (n *Node) discoveryLoop() {
 	disc := drouting.NewRoutingDiscovery(n.dht)
 	ns := rendezvous(n.cfg.Cluster)
@@ -75,7 +79,12 @@ func (n *Node) discoveryLoop() {
 			n.findPeers(disc, ns)
 		}
 		wait := n.cfg.DiscoveryInterval
-		if len(n.ConnectedPeers()) >= n.cfg.TargetPeers {
+		switch {
+		case n.dht.RoutingTable().Size() == 0:
+			// Nothing to ask yet: look again soon, so the first peer
+			// (a join, mDNS) leads to the rest without a long wait.
+			wait = min(wait, emptyTableRecheck)
+		case len(n.ConnectedPeers()) >= n.cfg.TargetPeers:
 			wait *= 10
 		}
 		if !n.sleep(time.Duration(float64(wait) * (0.8 + 0.4*n.float()))) {

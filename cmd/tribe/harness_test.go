@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// tribeBin is the tribe binary built once by TestMain for end-to-end tests.
+var tribeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tribe-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	tribeBin = filepath.Join(dir, "tribe")
+	build := exec.Command("go", "build", "-o", tribeBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building tribe:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// agentProc is one `tribe agent` process.
+type agentProc struct {
+	t    *testing.T
+	name string
+	dir  string // data dir
+	args []string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	done chan error
+}
+
+// shortTempDir makes a data dir whose socket path fits a Unix socket.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// freePort returns a TCP port that was free a moment ago on loopback.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// newAgent prepares an agent on loopback with mDNS off; extra args follow.
+func newAgent(t *testing.T, name string, extra ...string) *agentProc {
+	a := &agentProc{t: t, name: name, dir: shortTempDir(t)}
+	a.args = append([]string{"agent", "--data-dir", a.dir, "--name", name, "--no-mdns",
+		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", freePort(t)), "--log-level", "debug"}, extra...)
+	return a
+}
+
+// start runs the agent process and waits until its API answers.
+func (a *agentProc) start() {
+	a.t.Helper()
+	a.startCmd(exec.Command(tribeBin, a.args...))
+}
+
+func (a *agentProc) startCmd(cmd *exec.Cmd) {
+	a.t.Helper()
+	a.cmd = cmd
+	a.log = new(bytes.Buffer)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	a.done = make(chan error, 1)
+	go func() { a.done <- a.cmd.Wait() }()
+	a.t.Cleanup(a.kill)
+	waitUntil(a.t, 30*time.Second, a.name+" to answer on its socket", func() bool {
+		select {
+		case err := <-a.done:
+			a.t.Fatalf("%s exited during start-up: %v\n%s", a.name, err, a.log)
+		default:
+		}
+		_, err := api.NewClient(filepath.Join(a.dir, api.SocketName)).Status(context.Background())
+		return err == nil
+	})
+}
+
+// kill ends the process with SIGKILL (no clean shutdown), if it runs.
+func (a *agentProc) kill() {
+	if a.cmd == nil || a.cmd.ProcessState != nil {
+		return
+	}
+	a.cmd.Process.Kill()
+	<-a.done
+	a.cmd.ProcessState = &os.ProcessState{} // mark as ended for later calls
+}
+
+// stop sends SIGTERM and returns the exit error.
+func (a *agentProc) stop() error {
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.done:
+		a.cmd.ProcessState = &os.ProcessState{}
+		return err
+	case <-time.After(30 * time.Second):
+		a.t.Fatalf("%s did not stop on SIGTERM\n%s", a.name, a.log)
+		return nil
+	}
+}
+
+// status runs `tribe status --json` against the agent.
+func (a *agentProc) status() api.Status {
+	a.t.Helper()
+	var s api.Status
+	a.cliJSON(&s, "status")
+	return s
+}
+
+// peers runs `tribe peers --json` against the agent.
+func (a *agentProc) peers() []api.Peer {
+	a.t.Helper()
+	var p []api.Peer
+	a.cliJSON(&p, "peers")
+	return p
+}
+
+func (a *agentProc) cliJSON(out any, args ...string) {
+	a.t.Helper()
+	stdout, stderr, code := tribe(append(args, "--data-dir", a.dir, "--json")...)
+	if code != 0 {
+		a.t.Fatalf("tribe %v: exit %d: %s", args, code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), out); err != nil {
+		a.t.Fatalf("tribe %v: %v\n%s", args, err, stdout)
+	}
+}
+
+// tcpJoin is the agent's TCP address, for --join.
+func (a *agentProc) tcpJoin() string {
+	a.t.Helper()
+	for _, s := range a.status().Addrs {
+		if strings.Contains(s, "/tcp/") {
+			return s
+		}
+	}
+	a.t.Fatalf("%s has no TCP address", a.name)
+	return ""
+}
+
+// tribe runs the tribe binary and returns stdout, stderr and the exit code.
+func tribe(args ...string) (string, string, int) {
+	cmd := exec.Command(tribeBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		code = -1
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// waitUntil polls cond until it holds or timeout passes.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// seesAll reports whether a's peers are exactly the others, by ID and name.
+func seesAll(a *agentProc, others ...*agentProc) bool {
+	got := map[string]string{}
+	for _, p := range a.peers() {
+		got[p.ID] = p.Name
+	}
+	if len(got) != len(others) {
+		return false
+	}
+	for _, o := range others {
+		if got[o.status().ID] != o.name {
+			return false
+		}
+	}
+	return true
+}

@@ -109,7 +109,7 @@ func TestBackoff(t *testing.T) {
 		{3, 0.5, 2 * time.Second},
 		{8, 0.5, time.Minute}, // 500ms·2^7 = 64s, capped at a minute
 		{100, 0.5, time.Minute},
-		{1, 0, 400 * time.Millisecond},     // -20%
+		{1, 0, 400 * time.Millisecond},    // -20%
 		{100, 0.999999, 72 * time.Second}, // just under +20%
 	}
 	for _, tc := range cases {

@@ -27,7 +27,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	tribeBin = filepath.Join(dir, "tribe")
-	build := exec.Command("go", "build", "-o", tribeBin, ".")
+	// Built as `make build` does, so memory figures match what users run.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", tribeBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building tribe:", err)
@@ -40,7 +42,7 @@ func TestMain(m *testing.M) {
 
 // agentProc is one `tribe agent` process.
 type agentProc struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	dir  string // data dir
 	args []string
@@ -50,7 +52,7 @@ type agentProc struct {
 }
 
 // shortTempDir makes a data dir whose socket path fits a Unix socket.
-func shortTempDir(t *testing.T) string {
+func shortTempDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "tr-")
 	if err != nil {
@@ -61,7 +63,7 @@ func shortTempDir(t *testing.T) string {
 }
 
 // freePort returns a TCP port that was free a moment ago on loopback.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -72,10 +74,11 @@ func freePort(t *testing.T) int {
 }
 
 // newAgent prepares an agent on loopback with mDNS off; extra args follow.
-func newAgent(t *testing.T, name string, extra ...string) *agentProc {
+func newAgent(t testing.TB, name string, extra ...string) *agentProc {
 	a := &agentProc{t: t, name: name, dir: shortTempDir(t)}
 	a.args = append([]string{"agent", "--data-dir", a.dir, "--name", name, "--no-mdns",
-		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", freePort(t)), "--log-level", "debug"}, extra...)
+		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", freePort(t)),
+		"--listen", "/ip4/127.0.0.1/udp/0/quic-v1", "--log-level", "debug"}, extra...)
 	return a
 }
 
@@ -96,7 +99,7 @@ func (a *agentProc) startCmd(cmd *exec.Cmd) {
 	a.done = make(chan error, 1)
 	go func() { a.done <- a.cmd.Wait() }()
 	a.t.Cleanup(a.kill)
-	waitUntil(a.t, 30*time.Second, a.name+" to answer on its socket", func() bool {
+	waitEvery(a.t, 30*time.Second, 5*time.Millisecond, a.name+" to answer on its socket", func() bool {
 		select {
 		case err := <-a.done:
 			a.t.Fatalf("%s exited during start-up: %v\n%s", a.name, err, a.log)
@@ -184,15 +187,20 @@ func tribe(args ...string) (string, string, int) {
 	return stdout.String(), stderr.String(), code
 }
 
-// waitUntil polls cond until it holds or timeout passes.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitUntil polls cond every 100ms until it holds or timeout passes.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	waitEvery(t, timeout, 100*time.Millisecond, what, cond)
+}
+
+func waitEvery(t testing.TB, timeout, every time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

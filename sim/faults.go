@@ -83,8 +83,12 @@ func (s *Sim) Heal() error {
 	s.group = make([]int, len(s.members))
 	s.mu.Unlock()
 	var errs []error
+	running := map[peer.ID]bool{}
+	for i, m := range s.members {
+		running[m.id] = s.Node(i) != nil
+	}
 	s.crossPairs(group, func(a, b peer.ID) {
-		if len(s.mn.LinksBetweenPeers(a, b)) == 0 {
+		if running[a] && running[b] && len(s.mn.LinksBetweenPeers(a, b)) == 0 {
 			_, err := s.mn.LinkPeers(a, b)
 			errs = append(errs, err)
 		}
@@ -103,7 +107,20 @@ func (s *Sim) Crash(i int) error {
 	if n == nil {
 		return fmt.Errorf("sim: node %d is not running", i)
 	}
-	return n.Close()
+	errs := []error{n.Close()}
+	// mocknet would still let peers dial the closed host's network; a
+	// crashed host must be unreachable until it restarts.
+	id := s.members[i].id
+	for j, o := range s.members {
+		if j == i {
+			continue
+		}
+		if len(s.mn.LinksBetweenPeers(id, o.id)) > 0 {
+			errs = append(errs, s.mn.UnlinkPeers(id, o.id))
+		}
+		errs = append(errs, s.mn.DisconnectPeers(id, o.id))
+	}
+	return errors.Join(errs...)
 }
 
 // Restart brings crashed node i back with the same identity and data dir on
@@ -117,23 +134,12 @@ func (s *Sim) Restart(ctx context.Context, i int) error {
 	if running {
 		return fmt.Errorf("sim: node %d is running", i)
 	}
-	// The old links point at the closed host's network; replace them.
-	for j, o := range s.members {
-		if j == i {
-			continue
-		}
-		if len(s.mn.LinksBetweenPeers(m.id, o.id)) > 0 {
-			if err := s.mn.UnlinkPeers(m.id, o.id); err != nil {
-				return fmt.Errorf("sim: restart %d: %w", i, err)
-			}
-		}
-	}
 	if _, err := s.mn.AddPeer(m.key, m.addr); err != nil {
 		return fmt.Errorf("sim: restart %d: %w", i, err)
 	}
 	for j, o := range s.members {
-		if j == i || group[j] != group[i] {
-			continue
+		if j == i || group[j] != group[i] || s.Node(j) == nil {
+			continue // a crashed node links up when it restarts
 		}
 		if _, err := s.mn.LinkPeers(m.id, o.id); err != nil {
 			return fmt.Errorf("sim: restart %d: %w", i, err)

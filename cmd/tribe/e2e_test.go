@@ -31,8 +31,10 @@ func TestThreeAgentsJoinThenRestartFromRememberedPeers(t *testing.T) {
 		}
 	}
 
+	// A killed agent's QUIC connections linger on its peers until QUIC's
+	// idle timeout; the restarted c's own view starts empty, so what it sees
+	// below it found again by itself.
 	c.kill()
-	waitUntil(t, 60*time.Second, "a and b to lose c", func() bool { return seesAll(a, b) && seesAll(b, a) })
 	c.args = withoutFlag(c.args, "--join")
 	c.start()
 	waitUntil(t, 60*time.Second, "restarted c to see a and b again without --join", func() bool {

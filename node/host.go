@@ -1,20 +1,34 @@
 package node
 
 import (
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
+	"github.com/libp2p/go-libp2p/core/sec"
+	bhost "github.com/libp2p/go-libp2p/p2p/host/basic"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	"github.com/libp2p/go-libp2p/p2p/host/peerstore/pstoremem"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	tptu "github.com/libp2p/go-libp2p/p2p/net/upgrader"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	tls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/quicreuse"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	quicgo "github.com/quic-go/quic-go"
 )
 
 // Resource manager budget: what libp2p may reserve for connections and
@@ -24,44 +38,167 @@ const (
 	rcmgrFDs    = 1024
 )
 
-// buildHost makes the libp2p host of a real agent: TCP and QUIC only (no
-// websocket, webtransport or webrtc, which a fleet agent does not need and
-// which cost memory), Noise and TLS security, yamux, a connection manager
-// and a resource manager with fixed limits. It does not listen yet: Start
-// opens the listeners.
-func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (host.Host, error) {
-	cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+// buildHost assembles the libp2p host of a real agent from its parts: a
+// swarm with TCP and QUIC, Noise and TLS, yamux, a connection manager and a
+// resource manager with fixed limits, under a basic host with identify and
+// ping. It does not listen yet: Start opens the listeners.
+//
+// It does not go through libp2p.New on purpose. That constructor links in
+// every transport libp2p has (WebRTC with the pion stack, WebTransport,
+// WebSocket) and starts AutoNAT with a second dial-back host, none of which a
+// fleet agent uses; leaving them out makes the binary smaller and the idle
+// agent lighter (see `make bench`).
+func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err error) {
+	id, err := peer.IDFromPrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("node: connection manager: %w", err)
+		return nil, fmt.Errorf("node: identity: %w", err)
 	}
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
+	ps, err := pstoremem.NewPeerstore()
+	if err != nil {
+		return nil, fmt.Errorf("node: peerstore: %w", err)
+	}
+	closers = append(closers, ps.Close)
+	if err := ps.AddPrivKey(id, key); err != nil {
+		return nil, fmt.Errorf("node: peerstore: %w", err)
+	}
+	if err := ps.AddPubKey(id, key.GetPublic()); err != nil {
+		return nil, fmt.Errorf("node: peerstore: %w", err)
+	}
+
 	limits := rcmgr.DefaultLimits
-	libp2p.SetDefaultServiceLimits(&limits)
 	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.Scale(rcmgrMemory, rcmgrFDs)))
 	if err != nil {
 		return nil, fmt.Errorf("node: resource manager: %w", err)
 	}
-	opts := []libp2p.Option{
-		libp2p.Identity(key),
-		libp2p.NoListenAddrs,
-		libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.Security(noise.ID, noise.New),
-		libp2p.Security(tls.ID, tls.New),
-		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
-		libp2p.ConnectionManager(cm),
-		libp2p.ResourceManager(rm),
-		libp2p.DisableRelay(),
-		libp2p.DisableMetrics(),
-		libp2p.UserAgent("tribe/" + Version),
-	}
-	if psk != nil {
-		opts = append(opts, libp2p.PrivateNetwork(psk))
-	} else {
-		opts = append(opts, libp2p.Transport(quic.NewTransport))
-	}
-	h, err := libp2p.New(opts...)
+	closers = append(closers, rm.Close)
+	cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
 	if err != nil {
-		rm.Close()
-		return nil, fmt.Errorf("node: libp2p host: %w", err)
+		return nil, fmt.Errorf("node: connection manager: %w", err)
 	}
-	return h, nil
+	closers = append(closers, cm.Close)
+
+	bus := eventbus.NewBus()
+	sw, err := swarm.NewSwarm(id, ps, bus, swarm.WithResourceManager(rm))
+	if err != nil {
+		return nil, fmt.Errorf("node: swarm: %w", err)
+	}
+	closers = append(closers, sw.Close)
+
+	muxers := []tptu.StreamMuxer{{ID: yamux.ID, Muxer: yamux.DefaultTransport}}
+	noiseT, err := noise.New(noise.ID, key, muxers)
+	if err != nil {
+		return nil, fmt.Errorf("node: noise: %w", err)
+	}
+	tlsT, err := tls.New(tls.ID, key, muxers)
+	if err != nil {
+		return nil, fmt.Errorf("node: tls: %w", err)
+	}
+	upgrader, err := tptu.New([]sec.SecureTransport{noiseT, tlsT}, muxers, psk, rm, nil)
+	if err != nil {
+		return nil, fmt.Errorf("node: upgrader: %w", err)
+	}
+	tcpT, err := tcp.NewTCPTransport(upgrader, rm, nil)
+	if err != nil {
+		return nil, fmt.Errorf("node: tcp: %w", err)
+	}
+	if err := sw.AddTransport(tcpT); err != nil {
+		return nil, fmt.Errorf("node: tcp: %w", err)
+	}
+
+	var quicConns *quicreuse.ConnManager
+	if psk == nil { // QUIC cannot carry a pnet key
+		if quicConns, err = newQUICConnManager(key, rm); err != nil {
+			return nil, err
+		}
+		closers = append(closers, quicConns.Close)
+		quicT, err := quic.NewTransport(key, quicConns, nil, nil, rm)
+		if err != nil {
+			return nil, fmt.Errorf("node: quic: %w", err)
+		}
+		if err := sw.AddTransport(quicT); err != nil {
+			return nil, fmt.Errorf("node: quic: %w", err)
+		}
+	}
+
+	h, err := bhost.NewHost(sw, &bhost.HostOpts{
+		EventBus:    bus,
+		ConnManager: cm,
+		EnablePing:  true,
+		UserAgent:   "tribe/" + Version,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: host: %w", err)
+	}
+	h.Start()
+	if quicConns == nil {
+		return h, nil
+	}
+	return &agentHost{BasicHost: h, quic: quicConns}, nil
+}
+
+// agentHost is the basic host plus what its Close does not close.
+type agentHost struct {
+	*bhost.BasicHost
+	quic *quicreuse.ConnManager
+}
+
+func (h *agentHost) Close() error {
+	return errors.Join(h.BasicHost.Close(), h.quic.Close())
+}
+
+// newQUICConnManager makes QUIC's shared UDP sockets, with every inbound
+// connection accounted in the resource manager (the QUIC listener expects
+// that scope on the connection's context) and the stateless-reset and token
+// keys derived from the identity, so they survive restarts.
+func newQUICConnManager(key crypto.PrivKey, rm network.ResourceManager) (*quicreuse.ConnManager, error) {
+	raw, err := key.Raw()
+	if err != nil {
+		return nil, fmt.Errorf("node: quic keys: %w", err)
+	}
+	var resetKey quicgo.StatelessResetKey
+	var tokenKey quicgo.TokenGeneratorKey
+	if err := deriveKey(raw, "libp2p quic stateless reset key", resetKey[:]); err != nil {
+		return nil, err
+	}
+	if err := deriveKey(raw, "libp2p quic token generator key", tokenKey[:]); err != nil {
+		return nil, err
+	}
+	cm, err := quicreuse.NewConnManager(resetKey, tokenKey,
+		quicreuse.ConnContext(func(ctx context.Context, ci *quicgo.ClientInfo) (context.Context, error) {
+			addr, err := quicreuse.ToQuicMultiaddr(ci.RemoteAddr, quicgo.Version1)
+			if err != nil {
+				addr = nil // let the resource manager decide
+			}
+			scope, err := rm.OpenConnection(network.DirInbound, false, addr)
+			if err != nil {
+				return ctx, err
+			}
+			ctx = network.WithConnManagementScope(ctx, scope)
+			context.AfterFunc(ctx, scope.Done)
+			return ctx, nil
+		}),
+		quicreuse.VerifySourceAddress(func(addr net.Addr) bool { return rm.VerifySourceAddress(addr) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("node: quic: %w", err)
+	}
+	return cm, nil
+}
+
+func deriveKey(secret []byte, info string, out []byte) error {
+	k, err := hkdf.Key(sha256.New, secret, nil, info, len(out))
+	if err != nil {
+		return fmt.Errorf("node: derive %s: %w", info, err)
+	}
+	copy(out, k)
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -59,7 +58,6 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	tuneRuntime()
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return node.Run(ctx, cfg, log, nil)
@@ -97,13 +95,4 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 		return cfg, usageError{fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "node: "))}
 	}
 	return cfg, nil
-}
-
-// tuneRuntime keeps an idle agent small: a lower GC target collects sooner
-// (an agent's heap is small and mostly short-lived buffers), unless the
-// operator set GOGC or GOMEMLIMIT.
-func tuneRuntime() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
-	}
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -125,4 +128,55 @@ func TestRunServesTheAPIAndRemovesTheSocket(t *testing.T) {
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
 	}
+}
+
+func TestSwarmKeyKeepsOutsidersOut(t *testing.T) {
+	dir := t.TempDir()
+	writeKey := func(name string, b byte) string {
+		var k [32]byte
+		for i := range k {
+			k[i] = b
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, keys.FormatSwarmKey(k), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	fleetKey, otherKey := writeKey("fleet.key", 1), writeKey("other.key", 2)
+	private := func(name, key string) Config {
+		c := loopbackConfig(t, name)
+		c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
+		c.SwarmKeyFile = key
+		return c
+	}
+	a := startNode(t, private("a", fleetKey))
+	join := p2pAddrs(a.ID(), a.Host().Addrs())[0]
+
+	cb := private("b", fleetKey)
+	cb.Join = []string{join}
+	b := startNode(t, cb)
+	waitFor(t, "b to join a over the private network", func() bool { return len(b.ConnectedPeers()) == 1 })
+	if st, _ := b.Status(context.Background()); !st.Private {
+		t.Fatal("status does not say the network is private")
+	}
+
+	for _, key := range []string{otherKey, ""} {
+		c := private("outsider", key)
+		n := startNode(t, c)
+		err := n.connect(peerAddrInfo(t, join))
+		if err == nil {
+			t.Fatalf("a node with swarm key %q connected to the private network", key)
+		}
+		n.Close()
+	}
+}
+
+func peerAddrInfo(t *testing.T, s string) peer.AddrInfo {
+	t.Helper()
+	ai, err := parseJoin(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ai
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 )
@@ -89,6 +90,10 @@ func Handler(agent Agent) http.Handler {
 	mux.Handle("GET /v1/peers", endpoint(func(r *http.Request) (any, error) {
 		return agent.Peers(r.Context())
 	}))
+	// Go's profiler, for operators chasing memory or CPU; the socket is
+	// private to the agent's user.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	})

@@ -1,0 +1,136 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+var (
+	ErrUnknownKey   = errors.New("gossip: unknown key kind")
+	ErrUnauthorized = errors.New("gossip: author may not write this key")
+)
+
+// Writer says who may write a key kind.
+type Writer int
+
+const (
+	// Self: only the peer named in the key (at Kind.SelfSegment).
+	Self Writer = iota + 1
+	// Trusted: any trusted writer (see Trust).
+	Trusted
+)
+
+// Kind is one row of the authorisation table. Pattern segments in braces
+// are placeholders: {peer} must be a peer ID, any other a name.
+type Kind struct {
+	Name        string
+	Pattern     string
+	Writer      Writer
+	SelfSegment int // index of the {peer} segment for Self
+}
+
+// Kinds is the whole authorisation table, deny by default: a key that
+// matches no row is refused. Every row is tested (auth_test.go).
+var Kinds = []Kind{
+	{Name: "node", Pattern: "nodes/{peer}", Writer: Self, SelfSegment: 1},
+	{Name: "tribe", Pattern: "tribes/{tribe}", Writer: Trusted},
+	{Name: "member-manual", Pattern: "tribes/{tribe}/members/{peer}/manual", Writer: Trusted},
+	{Name: "member-policy", Pattern: "tribes/{tribe}/members/{peer}/policy", Writer: Self, SelfSegment: 3},
+	{Name: "policy", Pattern: "policies/{policy}", Writer: Trusted},
+	{Name: "plugin", Pattern: "tribes/{tribe}/plugins/{plugin}", Writer: Trusted},
+	{Name: "task", Pattern: "tribes/{tribe}/tasks/{task}", Writer: Trusted},
+}
+
+// nameRE is what tribe, policy, plugin and task names may look like.
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidName reports whether s may name a tribe, policy, plugin or task.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// Classify returns the kind of key, or ErrUnknownKey.
+func Classify(key string) (Kind, error) {
+	segs := strings.Split(key, "/")
+	for _, k := range Kinds {
+		if matches(strings.Split(k.Pattern, "/"), segs) {
+			return k, nil
+		}
+	}
+	return Kind{}, fmt.Errorf("%w: %q", ErrUnknownKey, key)
+}
+
+func matches(pattern, segs []string) bool {
+	if len(pattern) != len(segs) {
+		return false
+	}
+	for i, p := range pattern {
+		switch {
+		case p == "{peer}":
+			if _, err := peer.Decode(segs[i]); err != nil {
+				return false
+			}
+		case strings.HasPrefix(p, "{"):
+			if !ValidName(segs[i]) {
+				return false
+			}
+		case p != segs[i]:
+			return false
+		}
+	}
+	return true
+}
+
+// Trust decides who the trusted writers are. An empty list trusts every
+// peer that could connect (the fleet is then as open as its network: use a
+// swarm key or a trust list).
+type Trust struct {
+	list map[peer.ID]bool
+}
+
+// NewTrust makes a trust list; no peers means everyone is trusted.
+func NewTrust(peers ...peer.ID) Trust {
+	t := Trust{list: map[peer.ID]bool{}}
+	for _, p := range peers {
+		t.list[p] = true
+	}
+	return t
+}
+
+// Open reports whether every peer is trusted.
+func (t Trust) Open() bool { return len(t.list) == 0 }
+
+// Trusted reports whether p is a trusted writer.
+func (t Trust) Trusted(p peer.ID) bool { return t.Open() || t.list[p] }
+
+// Peers lists the trusted writers (none when open).
+func (t Trust) Peers() []peer.ID {
+	out := make([]peer.ID, 0, len(t.list))
+	for p := range t.list {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Authorize checks that author may write key.
+func (t Trust) Authorize(key string, author peer.ID) error {
+	k, err := Classify(key)
+	if err != nil {
+		return err
+	}
+	switch k.Writer {
+	case Self:
+		if strings.Split(key, "/")[k.SelfSegment] == author.String() {
+			return nil
+		}
+		return fmt.Errorf("%w: %s may be written only by the peer it names, not %s", ErrUnauthorized, key, author)
+	case Trusted:
+		if t.Trusted(author) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s needs a trusted writer, %s is not one", ErrUnauthorized, key, author)
+	}
+	return fmt.Errorf("%w: kind %s has no writer rule", ErrUnauthorized, k.Name)
+}

@@ -1,0 +1,164 @@
+package gossip
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// MaxClockSkew is how far in the future an entry's clock may be, against
+// the receiver's wall clock, before the entry is refused.
+const MaxClockSkew = time.Minute
+
+// TombstoneGrace is how long a deletion is kept before Collect drops it. A
+// replica that was away longer than this may bring a deleted key back;
+// collecting sooner would make that likelier, later costs memory.
+const TombstoneGrace = 7 * 24 * time.Hour
+
+// Change is what an Apply did to one key: Old is the version replaced (nil
+// if the key was new), New the version now held.
+type Change struct {
+	Key string
+	Old *Signed
+	New *Signed
+}
+
+// State is the pure core of the replicated map: a last-writer-wins map of
+// signed entries with a digest for anti-entropy. It does no I/O, starts no
+// goroutines and reads no clock: time comes in as arguments. It is not safe
+// for concurrent use; the Replica guards it.
+type State struct {
+	trust   Trust
+	entries map[string]*Signed
+	digest  digest
+}
+
+// NewState returns an empty state that authorises entries with trust.
+func NewState(trust Trust) *State {
+	return &State{trust: trust, entries: map[string]*Signed{}}
+}
+
+// Trust is the state's trust list.
+func (s *State) Trust() Trust { return s.trust }
+
+// Check validates an opened entry for this state: authorised author, and
+// (when now is not zero) a clock no more than MaxClockSkew ahead of now.
+func (s *State) Check(e *Signed, now time.Time) error {
+	if err := s.trust.Authorize(e.Key, e.Author); err != nil {
+		return err
+	}
+	if !now.IsZero() && e.HLC.Wall().After(now.Add(MaxClockSkew)) {
+		return fmt.Errorf("%w: %s is %v ahead", ErrFromFuture, e.Key, e.HLC.Wall().Sub(now).Round(time.Second))
+	}
+	return nil
+}
+
+// Apply checks e and merges it: it replaces the held version of its key if
+// it is newer by (HLC, author). The returned change is nil when e was old
+// or a duplicate. A refused entry changes nothing.
+func (s *State) Apply(e *Signed, now time.Time) (*Change, error) {
+	if err := s.Check(e, now); err != nil {
+		return nil, err
+	}
+	old := s.entries[e.Key]
+	if old != nil && !e.newer(&old.Entry) {
+		return nil, nil
+	}
+	s.entries[e.Key] = e
+	s.digest.put(e.Key, keyHash(e.Key), versionHash(e))
+	return &Change{Key: e.Key, Old: old, New: e}, nil
+}
+
+// Get returns the live (not deleted) entry under key.
+func (s *State) Get(key string) (*Signed, bool) {
+	e, ok := s.entries[key]
+	if !ok || e.Deleted {
+		return nil, false
+	}
+	return e, true
+}
+
+// Version returns whatever version is held for key, tombstones included.
+func (s *State) Version(key string) (*Signed, bool) {
+	e, ok := s.entries[key]
+	return e, ok
+}
+
+// Prefix returns the live entries whose key starts with prefix, by key.
+func (s *State) Prefix(prefix string) []*Signed {
+	var out []*Signed
+	for k, e := range s.entries {
+		if !e.Deleted && strings.HasPrefix(k, prefix) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Signed) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Len is the number of keys held, tombstones included.
+func (s *State) Len() int { return len(s.entries) }
+
+// MaxHLC is the highest clock among the held entries.
+func (s *State) MaxHLC() HLC {
+	var m HLC
+	for _, e := range s.entries {
+		m = max(m, e.HLC)
+	}
+	return m
+}
+
+// Collect drops tombstones older than grace at now and returns their keys.
+func (s *State) Collect(now time.Time, grace time.Duration) []string {
+	var gone []string
+	for k, e := range s.entries {
+		if e.Deleted && now.Sub(e.HLC.Wall()) > grace {
+			delete(s.entries, k)
+			s.digest.remove(keyHash(k))
+			gone = append(gone, k)
+		}
+	}
+	slices.Sort(gone)
+	return gone
+}
+
+// Hash is a strong hash of the whole state (every key's exact version):
+// equal on two replicas exactly when they hold the same versions.
+func (s *State) Hash() [32]byte {
+	keys := make([]string, 0, len(s.entries))
+	for k := range s.entries {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h := sha256.New()
+	var n [8]byte
+	for _, k := range keys {
+		binary.BigEndian.PutUint64(n[:], uint64(len(k)))
+		h.Write(n[:])
+		h.Write([]byte(k))
+		e := s.entries[k]
+		h.Write(e.Hash[:])
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// Root is the digest's root hash: cheap, and equal on replicas holding the
+// same versions (up to 64-bit collisions).
+func (s *State) Root() uint64 {
+	h, _ := s.digest.hash(NodeRef{})
+	return h
+}
+
+// byKeyHash returns the held entry whose key hashes to khash.
+func (s *State) byKeyHash(khash uint64) (*Signed, bool) {
+	key, _, ok := s.digest.lookup(khash)
+	if !ok {
+		return nil, false
+	}
+	return s.entries[key], true
+}

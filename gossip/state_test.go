@@ -1,0 +1,321 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+type author struct {
+	key crypto.PrivKey
+	id  peer.ID
+	hlc HLC
+}
+
+func newAuthor(t testing.TB, rng *rand.Rand) *author {
+	t.Helper()
+	k, _, err := crypto.GenerateEd25519Key(seeded{rng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := peer.IDFromPrivateKey(k)
+	return &author{key: k, id: id}
+}
+
+type seeded struct{ rng *rand.Rand }
+
+func (s seeded) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(s.rng.Uint32())
+	}
+	return len(p), nil
+}
+
+// write makes a signed entry by a at wall time now.
+func (a *author) write(t testing.TB, now time.Time, key, value string, deleted bool) *Signed {
+	t.Helper()
+	a.hlc = Next(a.hlc, now)
+	s, err := Sign(Entry{Key: key, Value: []byte(value), HLC: a.hlc, Deleted: deleted}, a.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sync pulls everything dst lacks from src, through the wire codec, and
+// returns the bytes that crossed.
+func sync(t testing.TB, dst, src *State, now time.Time) (sent int) {
+	t.Helper()
+	req := dst.StartPull()
+	for round := 0; ; round++ {
+		if round > maxRounds {
+			t.Fatal("pull did not finish")
+		}
+		qb := EncodeRequest(req)
+		dreq, err := DecodeRequest(qb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb := EncodeResponse(src.Respond(dreq, 1<<20))
+		sent += len(qb) + len(rb)
+		resp, err := DecodeResponse(rb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range resp.Entries {
+			e, err := Open(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst.Apply(e, now)
+		}
+		next, done := dst.NextPull(req, resp)
+		if done {
+			return sent
+		}
+		req = next
+	}
+}
+
+// Random writes by several authors (each with its own clock), delivered
+// to each replica in its own random order with duplicates and drops, then
+// anti-entropy in a ring: every replica ends with the same state, and the
+// state holds for each key the write with the highest (HLC, author).
+func TestPropertyConvergence(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			authors := []*author{newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)}
+			trust := NewTrust()
+			var writes []*Signed
+			keys := []string{"tribes/a", "tribes/b", "policies/p", "tribes/a/tasks/t1", "tribes/c"}
+			for i := range 200 {
+				a := authors[rng.IntN(len(authors))]
+				now := t0.Add(time.Duration(rng.IntN(5000)) * time.Millisecond) // clocks that disagree
+				writes = append(writes, a.write(t, now, keys[rng.IntN(len(keys))], fmt.Sprint(i), rng.IntN(4) == 0))
+			}
+			// The winner of each key among the writes that reached at
+			// least one replica.
+			want := map[string]*Signed{}
+			delivered := func(w *Signed) {
+				if o := want[w.Key]; o == nil || w.newer(&o.Entry) {
+					want[w.Key] = w
+				}
+			}
+
+			replicas := make([]*State, 4)
+			for r := range replicas {
+				replicas[r] = NewState(trust)
+				order := rng.Perm(len(writes))
+				for _, i := range order {
+					if rng.IntN(5) == 0 {
+						continue // dropped
+					}
+					delivered(writes[i])
+					for range 1 + rng.IntN(2) { // maybe duplicated
+						if _, err := replicas[r].Apply(writes[i], t0.Add(time.Hour)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			// Each pass moves a version one step back along the ring, so
+			// len-1 passes reach everyone.
+			now := t0.Add(time.Hour)
+			for range len(replicas) - 1 {
+				for r := range replicas {
+					sync(t, replicas[r], replicas[(r+1)%len(replicas)], now)
+				}
+			}
+			for r, s := range replicas {
+				if s.Hash() != replicas[0].Hash() || s.Root() != replicas[0].Root() {
+					t.Fatalf("replica %d differs from replica 0", r)
+				}
+				for k, w := range want {
+					got, ok := s.Version(k)
+					if !ok || got.Hash != w.Hash {
+						t.Fatalf("replica %d holds the wrong version of %s: got %v/%s del=%v want %v/%s del=%v ok=%v", r, k, got.HLC, got.Author, got.Deleted, w.HLC, w.Author, w.Deleted, ok)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestTombstonesAndRecreation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	a := newAuthor(t, rng)
+	s := NewState(NewTrust())
+	now := t0
+	s.Apply(a.write(t, now, "tribes/core", "v1", false), now)
+	del := a.write(t, now, "tribes/core", "", true)
+	if c, err := s.Apply(del, now); err != nil || c == nil {
+		t.Fatalf("delete: %v %v", c, err)
+	}
+	if _, ok := s.Get("tribes/core"); ok {
+		t.Fatal("deleted key still visible")
+	}
+	if len(s.Prefix("tribes/")) != 0 {
+		t.Fatal("deleted key listed")
+	}
+	// A re-creation after the delete wins; a stale write from before does not.
+	stale, _ := Sign(Entry{Key: "tribes/core", Value: []byte("old"), HLC: del.HLC - 5}, a.key)
+	if c, _ := s.Apply(stale, now); c != nil {
+		t.Fatal("a write older than the tombstone resurrected the key")
+	}
+	s.Apply(a.write(t, now, "tribes/core", "v2", false), now)
+	if e, ok := s.Get("tribes/core"); !ok || string(e.Value) != "v2" {
+		t.Fatal("re-creation after delete not visible")
+	}
+	// Tombstones are collected after the grace period, not before.
+	s.Apply(a.write(t, now, "tribes/gone", "", true), now)
+	if gone := s.Collect(now.Add(TombstoneGrace-time.Minute), TombstoneGrace); len(gone) != 0 {
+		t.Fatalf("collected early: %v", gone)
+	}
+	if gone := s.Collect(now.Add(TombstoneGrace+time.Minute), TombstoneGrace); len(gone) != 1 || gone[0] != "tribes/gone" {
+		t.Fatalf("collected %v", gone)
+	}
+	if _, ok := s.Version("tribes/gone"); ok {
+		t.Fatal("collected tombstone still held")
+	}
+	if _, ok := s.Get("tribes/core"); !ok {
+		t.Fatal("live key collected")
+	}
+}
+
+func TestApplyRefusesAndChangesNothing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	trusted, outsider := newAuthor(t, rng), newAuthor(t, rng)
+	s := NewState(NewTrust(trusted.id))
+	s.Apply(trusted.write(t, t0, "tribes/core", "v", false), t0)
+	before := s.Hash()
+	cases := []struct {
+		name string
+		e    *Signed
+		want error
+	}{
+		{"untrusted writer", outsider.write(t, t0, "tribes/core", "x", false), ErrUnauthorized},
+		{"someone else's node record", trusted.write(t, t0, "nodes/"+outsider.id.String(), "x", false), ErrUnauthorized},
+		{"someone else's policy membership", trusted.write(t, t0, "tribes/core/members/"+outsider.id.String()+"/policy", "x", false), ErrUnauthorized},
+		{"unknown key kind", trusted.write(t, t0, "secrets/x", "x", false), ErrUnknownKey},
+		{"bad tribe name", trusted.write(t, t0, "tribes/Core!", "x", false), ErrUnknownKey},
+		{"from the future", trusted.write(t, t0.Add(2*time.Minute), "tribes/core", "x", false), ErrFromFuture},
+	}
+	for _, tc := range cases {
+		if _, err := s.Apply(tc.e, t0); !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if s.Hash() != before {
+		t.Fatal("a refused entry changed the state")
+	}
+	// Own records and own policy membership are fine for anyone.
+	if _, err := s.Apply(outsider.write(t, t0, "nodes/"+outsider.id.String(), "me", false), t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(outsider.write(t, t0, "tribes/core/members/"+outsider.id.String()+"/policy", "1", false), t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusesForgeries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	a, b := newAuthor(t, rng), newAuthor(t, rng)
+	good := a.write(t, t0, "tribes/core", "v", false)
+	if _, err := Open(good.Raw); err != nil {
+		t.Fatal(err)
+	}
+	flipped := append([]byte(nil), good.Raw...)
+	flipped[len(flipped)-10] ^= 1 // inside the signature
+	if _, err := Open(flipped); !errors.Is(err, ErrBadSig) && !errors.Is(err, ErrMalformed) {
+		t.Fatalf("flipped signature: %v", err)
+	}
+	// b signs an entry that claims a as its author.
+	env, err := sealAs(&payload{Entry{Key: "tribes/core", HLC: 1, Author: a.id}}, b.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(env); !errors.Is(err, ErrBadSigner) {
+		t.Fatalf("entry signed by someone else than its author: %v", err)
+	}
+	if _, err := Open([]byte("garbage")); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("garbage: %v", err)
+	}
+	if _, err := Open(make([]byte, MaxEntrySize+1)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized: %v", err)
+	}
+}
+
+func TestAuthTableClassifiesEveryKind(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	p := newAuthor(t, rng).id.String()
+	examples := map[string]string{
+		"node":          "nodes/" + p,
+		"tribe":         "tribes/core",
+		"member-manual": "tribes/core/members/" + p + "/manual",
+		"member-policy": "tribes/core/members/" + p + "/policy",
+		"policy":        "policies/storage",
+		"plugin":        "tribes/core/plugins/exec",
+		"task":          "tribes/core/tasks/t-1",
+	}
+	seen := map[string]bool{}
+	for _, k := range Kinds {
+		ex, ok := examples[k.Name]
+		if !ok {
+			t.Errorf("kind %s has no example here: add one", k.Name)
+			continue
+		}
+		got, err := Classify(ex)
+		if err != nil || got.Name != k.Name {
+			t.Errorf("Classify(%q) = %v, %v; want %s", ex, got.Name, err, k.Name)
+		}
+		if k.Writer != Self && k.Writer != Trusted {
+			t.Errorf("kind %s has no writer rule", k.Name)
+		}
+		seen[k.Name] = true
+	}
+	if len(seen) != len(examples) {
+		t.Errorf("examples name kinds the table lacks: %v vs %v", examples, seen)
+	}
+	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER"} {
+		if _, err := Classify(bad); !errors.Is(err, ErrUnknownKey) {
+			t.Errorf("Classify(%q) = %v, want ErrUnknownKey", bad, err)
+		}
+	}
+}
+
+func TestHLC(t *testing.T) {
+	last := MakeHLC(t0.UnixMilli(), 0)
+	if got := Next(last, t0); got != last+1 {
+		t.Errorf("same millisecond: %v, want last+1", got)
+	}
+	if got := Next(last, t0.Add(-time.Second)); got != last+1 {
+		t.Errorf("clock went back: %v, want last+1", got)
+	}
+	if got := Next(last, t0.Add(time.Second)); got != MakeHLC(t0.Add(time.Second).UnixMilli(), 0) {
+		t.Errorf("clock ahead: %v", got)
+	}
+	if Observe(last, last+10) != last+10 || Observe(last+10, last) != last+10 {
+		t.Error("Observe does not keep the maximum")
+	}
+	if !MakeHLC(t0.UnixMilli(), 3).Wall().Equal(t0) || MakeHLC(5, 3).Logical() != 3 {
+		t.Error("HLC parts")
+	}
+}
+
+// sealAs signs p with key whoever p claims as author.
+func sealAs(p *payload, key crypto.PrivKey) ([]byte, error) {
+	env, err := record.Seal(p, key)
+	if err != nil {
+		return nil, err
+	}
+	return env.Marshal()
+}

@@ -1,0 +1,135 @@
+package gossip
+
+// Anti-entropy, pure half. A pull runs in rounds over one stream: the
+// puller sends a SyncRequest (digest nodes to compare, keys it wants), the
+// other side answers with a SyncResponse (for each node that differs: its
+// 16 child hashes, or its few items; and the wanted entries). The puller
+// applies the entries, computes its next request with NextPull, and stops
+// when there is nothing left to compare or fetch. Everything that differs
+// is found by descending only into differing subtrees.
+
+// leafItems is the most items a responder lists for a node instead of
+// descending further: listing 16 items (16 bytes each) costs about as much
+// as 16 child hashes (8 bytes each) plus the round trip it saves.
+const leafItems = 16
+
+// maxRounds bounds one pull: 16 levels of descent plus want rounds.
+const maxRounds = 64
+
+// Probe asks the responder to compare one digest node with the puller's
+// hash of it.
+type Probe struct {
+	Node NodeRef
+	Hash uint64
+}
+
+// SyncRequest is one round of a pull.
+type SyncRequest struct {
+	Probes []Probe
+	Want   []uint64 // key hashes whose entries the puller wants
+}
+
+// ItemSummary is one entry as the digest sees it.
+type ItemSummary struct {
+	KeyHash, VersionHash uint64
+}
+
+// NodeReply is the responder's view of a node that differs.
+type NodeReply struct {
+	Node     NodeRef
+	Children []uint64      // 16 child hashes, or nil
+	Items    []ItemSummary // the items under the node, when few
+}
+
+// SyncResponse answers a SyncRequest.
+type SyncResponse struct {
+	Nodes   []NodeReply
+	Served  int      // how many of the request's wants were handled
+	Entries [][]byte // signed envelopes of the served wants that exist
+}
+
+// StartPull is the first request of a pull: compare the roots.
+func (s *State) StartPull() SyncRequest {
+	return SyncRequest{Probes: []Probe{{Node: NodeRef{}, Hash: s.Root()}}}
+}
+
+// Respond answers req from s, sending at most budget bytes of entries (at
+// least one entry if any is wanted, so a pull always progresses).
+func (s *State) Respond(req SyncRequest, budget int) SyncResponse {
+	var resp SyncResponse
+	for _, p := range req.Probes {
+		if !p.Node.valid() {
+			continue
+		}
+		h, count := s.digest.hash(p.Node)
+		if h == p.Hash {
+			continue
+		}
+		reply := NodeReply{Node: p.Node}
+		if count <= leafItems || p.Node.Depth == MaxDepth {
+			reply.Items = make([]ItemSummary, 0, count)
+			s.digest.items(p.Node, func(it digestItem) {
+				reply.Items = append(reply.Items, ItemSummary{it.khash, it.vhash})
+			})
+		} else {
+			reply.Children = make([]uint64, 16)
+			for i := range 16 {
+				reply.Children[i], _ = s.digest.hash(p.Node.Child(i))
+			}
+		}
+		resp.Nodes = append(resp.Nodes, reply)
+	}
+	used := 0
+	for _, kh := range req.Want {
+		e, ok := s.byKeyHash(kh)
+		if ok && used > 0 && used+len(e.Raw) > budget {
+			break
+		}
+		resp.Served++
+		if ok {
+			resp.Entries = append(resp.Entries, e.Raw)
+			used += len(e.Raw)
+		}
+	}
+	return resp
+}
+
+// NextPull computes the request after req got resp, against s as it is now
+// (with resp's entries applied). done means the pull is complete.
+func (s *State) NextPull(req SyncRequest, resp SyncResponse) (next SyncRequest, done bool) {
+	if resp.Served < len(req.Want) {
+		next.Want = append(next.Want, req.Want[max(resp.Served, 0):]...)
+	}
+	asked := make(map[NodeRef]bool, len(req.Probes))
+	for _, p := range req.Probes {
+		asked[p.Node] = true
+	}
+	for _, r := range resp.Nodes {
+		if !asked[r.Node] || !r.Node.valid() {
+			continue // not ours to act on
+		}
+		switch {
+		case r.Children != nil:
+			if len(r.Children) != 16 || r.Node.Depth >= MaxDepth {
+				continue
+			}
+			for i, theirs := range r.Children {
+				child := r.Node.Child(i)
+				if mine, _ := s.digest.hash(child); mine != theirs {
+					next.Probes = append(next.Probes, Probe{Node: child, Hash: mine})
+				}
+			}
+		default:
+			lo, hi := r.Node.span()
+			for _, it := range r.Items {
+				if it.KeyHash < lo || it.KeyHash > hi {
+					continue
+				}
+				if _, mine, ok := s.digest.lookup(it.KeyHash); !ok || mine != it.VersionHash {
+					next.Want = append(next.Want, it.KeyHash)
+				}
+			}
+		}
+	}
+	return next, len(next.Probes) == 0 && len(next.Want) == 0
+}

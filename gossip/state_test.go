@@ -50,9 +50,9 @@ func (a *author) write(t testing.TB, now time.Time, key, value string, deleted b
 	return s
 }
 
-// sync pulls everything dst lacks from src, through the wire codec, and
+// pullAll pulls everything dst lacks from src, through the wire codec, and
 // returns the bytes that crossed.
-func sync(t testing.TB, dst, src *State, now time.Time) (sent int) {
+func pullAll(t testing.TB, dst, src *State, now time.Time) (sent int) {
 	t.Helper()
 	req := dst.StartPull()
 	for round := 0; ; round++ {
@@ -132,7 +132,7 @@ func TestPropertyConvergence(t *testing.T) {
 			now := t0.Add(time.Hour)
 			for range len(replicas) - 1 {
 				for r := range replicas {
-					sync(t, replicas[r], replicas[(r+1)%len(replicas)], now)
+					pullAll(t, replicas[r], replicas[(r+1)%len(replicas)], now)
 				}
 			}
 			for r, s := range replicas {

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -61,19 +62,50 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 func (n *Node) Status(ctx context.Context) (api.Status, error) {
 	now := n.now()
 	return api.Status{
-		ID:       n.host.ID().String(),
-		Name:     n.cfg.Name,
-		Cluster:  n.cfg.Cluster,
-		Version:  Version,
-		Addrs:    p2pAddrs(n.host.ID(), n.host.Addrs()),
-		Peers:    len(n.ConnectedPeers()),
-		MDNS:     n.cfg.MDNS,
-		Private:  n.private,
-		DataDir:  n.cfg.DataDir,
-		Started:  n.started,
-		Uptime:   now.Sub(n.started),
-		JoinAddr: n.cfg.Join,
+		ID:        n.host.ID().String(),
+		Name:      n.cfg.Name,
+		Cluster:   n.cfg.Cluster,
+		Version:   Version,
+		Addrs:     p2pAddrs(n.host.ID(), n.host.Addrs()),
+		Peers:     len(n.ConnectedPeers()),
+		MDNS:      n.cfg.MDNS,
+		Private:   n.private,
+		DataDir:   n.cfg.DataDir,
+		Started:   n.started,
+		Uptime:    now.Sub(n.started),
+		JoinAddr:  n.cfg.Join,
+		Trust:     trustMode(n.replica.Trust()),
+		Trusted:   trustedList(n.replica.Trust()),
+		Entries:   n.replica.Len(),
+		StateHash: fmt.Sprintf("%x", n.replica.Hash()),
+		Rejected:  n.rejected(),
 	}, nil
+}
+
+func trustMode(t gossip.Trust) string {
+	if t.Open() {
+		return "open"
+	}
+	return "list"
+}
+
+func trustedList(t gossip.Trust) []string {
+	var out []string
+	for _, p := range t.Peers() {
+		out = append(out, p.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rejected merges the counters of refused input.
+func (n *Node) rejected() map[string]int64 {
+	out := n.replica.Rejected()
+	n.presence.mu.Lock()
+	out["bad_presence"] = n.presence.bad
+	n.presence.mu.Unlock()
+	out["bad_hello"] = n.badHello.Load()
+	return out
 }
 
 // Peers implements api.Agent: the connected peers of this cluster, by name.

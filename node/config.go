@@ -36,6 +36,10 @@ type Config struct {
 	// SwarmKeyFile, when set, makes the node part of a private network:
 	// only nodes with the same key can connect (TCP only; QUIC refuses it).
 	SwarmKeyFile string
+	// Trusted are the peer IDs of the trusted writers of tribe state
+	// (tribes, manual membership, policies, plugins, tasks). Empty means
+	// every peer that can connect is trusted; the agent says so.
+	Trusted []string
 	// API serves the control API on <DataDir>/tribe.sock while the node runs
 	// under Run. The simulator turns it off.
 	API bool
@@ -55,6 +59,14 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// MaxRemembered caps the peers kept in <DataDir>/peers.json.
 	MaxRemembered int
+	// SyncInterval is how often the node pulls state from a random peer
+	// (it also pulls from every peer that connects).
+	SyncInterval time.Duration
+	// PresenceInterval is how often the node announces it is alive; a node
+	// silent for three intervals and not connected is no longer alive.
+	PresenceInterval time.Duration
+	// StateNoSync skips fsync in the state store. Only for simulations.
+	StateNoSync bool
 }
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.
@@ -74,6 +86,8 @@ func DefaultConfig() Config {
 		BackoffMin:        500 * time.Millisecond,
 		BackoffMax:        time.Minute,
 		MaxRemembered:     256,
+		SyncInterval:      30 * time.Second,
+		PresenceInterval:  10 * time.Second,
 	}
 }
 
@@ -107,6 +121,11 @@ func (c Config) Validate() error {
 			bad("%v", err)
 		}
 	}
+	for _, s := range c.Trusted {
+		if _, err := peer.Decode(s); err != nil {
+			bad("trusted writer %q is not a peer ID (see `tribe status` on that host)", s)
+		}
+	}
 	if c.TargetPeers < 1 {
 		bad("target peers must be at least 1, not %d", c.TargetPeers)
 	}
@@ -117,6 +136,8 @@ func (c Config) Validate() error {
 		"discovery interval": c.DiscoveryInterval,
 		"advertise interval": c.AdvertiseInterval,
 		"minimum backoff":    c.BackoffMin,
+		"sync interval":      c.SyncInterval,
+		"presence interval":  c.PresenceInterval,
 	} {
 		if d <= 0 {
 			bad("%s must be positive, not %v", name, d)

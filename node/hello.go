@@ -138,6 +138,7 @@ func (n *Node) greet(p peer.ID) {
 	h, err := readHello(s)
 	if err != nil {
 		s.Reset()
+		n.badHello.Add(1)
 		n.log.Warn("hello: bad answer", "peer", p, "err", err)
 		return
 	}
@@ -151,6 +152,7 @@ func (n *Node) handleHello(s network.Stream) {
 	h, err := readHello(s)
 	if err != nil {
 		s.Reset()
+		n.badHello.Add(1)
 		n.log.Warn("hello: bad message", "peer", s.Conn().RemotePeer(), "err", err)
 		return
 	}

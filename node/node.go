@@ -29,15 +29,19 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/keys"
 )
 
@@ -80,6 +84,13 @@ type Node struct {
 
 	dht  *dht.IpfsDHT
 	mdns mdns.Service
+
+	key      crypto.PrivKey
+	store    *gossip.Store
+	replica  *gossip.Replica
+	pubsub   *pubsub.PubSub
+	presence presence
+	badHello atomic.Int64
 
 	started   time.Time
 	ctx       context.Context
@@ -131,11 +142,15 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 
 	if deps.Host != nil {
 		n.host = deps.Host
+		if n.key = n.host.Peerstore().PrivKey(n.host.ID()); n.key == nil {
+			return nil, errors.New("node: the given host's peerstore lacks its private key")
+		}
 	} else {
 		key, created, err := keys.LoadOrCreateIdentity(filepath.Join(cfg.DataDir, keys.IdentityFile))
 		if err != nil {
 			return nil, err
 		}
+		n.key = key
 		if created {
 			n.log.Info("created a new identity", "file", filepath.Join(cfg.DataDir, keys.IdentityFile))
 		}
@@ -152,6 +167,32 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.ownsHost = true
 	}
 	n.log = n.log.With("node", cfg.Name)
+	defer func() {
+		if err != nil && n.ownsHost {
+			n.host.Close()
+		}
+	}()
+
+	// The state is loaded before the node talks to anyone.
+	if n.store, err = gossip.OpenStore(filepath.Join(cfg.DataDir, gossip.StoreFile), cfg.StateNoSync); err != nil {
+		return nil, err
+	}
+	rcfg := gossip.DefaultReplicaConfig("tribe/" + cfg.Cluster + "/state/1")
+	rcfg.SyncInterval = cfg.SyncInterval
+	var trusted []peer.ID
+	for _, s := range cfg.Trusted {
+		id, _ := peer.Decode(s) // Validate has checked it
+		trusted = append(trusted, id)
+	}
+	rcfg.Trust = gossip.NewTrust(trusted...)
+	n.rngMu.Lock()
+	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
+	n.rngMu.Unlock()
+	if n.replica, err = gossip.NewReplica(n.host, n.key, n.store, rcfg, n.log, n.now, replicaRng); err != nil {
+		n.store.Close()
+		return nil, err
+	}
+	n.presence.heard = map[peer.ID]time.Time{}
 
 	var warn error
 	n.remembered, warn = loadRemembered(filepath.Join(cfg.DataDir, rememberedFile), cfg.MaxRemembered)
@@ -192,7 +233,24 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startHello(); err != nil {
 		return err
 	}
+	// Pubsub before any connection: it does not see peers that connected
+	// before it existed.
 	var err error
+	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions()...); err != nil {
+		return fmt.Errorf("node: pubsub: %w", err)
+	}
+	if err := n.replica.Start(n.pubsub); err != nil {
+		return err
+	}
+	if err := n.startPresence(n.pubsub, n.key); err != nil {
+		return err
+	}
+	if err := n.publishSelf(ctx); err != nil {
+		return fmt.Errorf("node: write own record: %w", err)
+	}
+	if n.replica.Trust().Open() {
+		n.log.Warn("no trust list: every peer that can connect may write tribe state (set --trusted, and a swarm key)")
+	}
 	n.dht, err = dht.New(n.host,
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix("/tribe"),
@@ -216,9 +274,25 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.spawn(n.discoveryLoop)
 	n.spawn(n.saveLoop)
+	n.spawn(n.recordLoop)
 	n.log.Info("node started", "id", n.host.ID(), "addrs", n.host.Addrs(), "cluster", n.cfg.Cluster, "mdns", n.cfg.MDNS, "private", n.private)
 	return nil
 }
+
+// recordInterval is how often the node checks that its record (name,
+// addresses) in the replicated state is current.
+const recordInterval = time.Minute
+
+func (n *Node) recordLoop() {
+	for n.sleep(recordInterval) {
+		if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("updating own record", "err", err)
+		}
+	}
+}
+
+// Replica is the node's replicated state.
+func (n *Node) Replica() *gossip.Replica { return n.replica }
 
 // spawn runs f in a goroutine that Close waits for.
 func (n *Node) spawn(f func()) {
@@ -235,6 +309,10 @@ func (n *Node) spawn(f func()) {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		// The replica leaves its topic while pubsub still runs.
+		if n.replica != nil {
+			errs = append(errs, n.replica.Close())
+		}
 		if n.cancel != nil {
 			n.cancel()
 		}
@@ -247,6 +325,9 @@ func (n *Node) Close() error {
 		n.wg.Wait()
 		errs = append(errs, n.remembered.save())
 		errs = append(errs, n.host.Close())
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
+		}
 		errs = append(errs, n.lock.Close())
 		n.closeErr = errors.Join(errs...)
 	})

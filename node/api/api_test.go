@@ -13,7 +13,12 @@ import (
 	"testing"
 )
 
-type fakeAgent struct{ err error }
+// fakeAgent answers Status and Peers; the embedded nil Agent makes any
+// other call panic, which the HTTP server turns into a failed request.
+type fakeAgent struct {
+	Agent
+	err error
+}
 
 func (f fakeAgent) Status(context.Context) (Status, error) {
 	return Status{ID: "12D3Koo", Name: "a", Peers: 2}, f.err

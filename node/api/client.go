@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"syscall"
 )
 
@@ -47,6 +48,55 @@ func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
 	var p []Peer
 	err := c.do(ctx, http.MethodGet, "/v1/peers", nil, &p)
 	return p, err
+}
+
+// Nodes returns the fleet's nodes from the replicated state.
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var n []Node
+	err := c.do(ctx, http.MethodGet, "/v1/nodes", nil, &n)
+	return n, err
+}
+
+// Tribes lists the tribes.
+func (c *Client) Tribes(ctx context.Context) ([]TribeSummary, error) {
+	var t []TribeSummary
+	err := c.do(ctx, http.MethodGet, "/v1/tribes", nil, &t)
+	return t, err
+}
+
+// Tribe shows one tribe.
+func (c *Client) Tribe(ctx context.Context, name string) (Tribe, error) {
+	var t Tribe
+	err := c.do(ctx, http.MethodGet, "/v1/tribes/"+url.PathEscape(name), nil, &t)
+	return t, err
+}
+
+// CreateTribe creates a tribe; it returns once the entry is stored.
+func (c *Client) CreateTribe(ctx context.Context, name string) (Tribe, error) {
+	var t Tribe
+	err := c.do(ctx, http.MethodPut, "/v1/tribes/"+url.PathEscape(name), nil, &t)
+	return t, err
+}
+
+// DeleteTribe deletes a tribe and its manual memberships.
+func (c *Client) DeleteTribe(ctx context.Context, name string) (Tribe, error) {
+	var t Tribe
+	err := c.do(ctx, http.MethodDelete, "/v1/tribes/"+url.PathEscape(name), nil, &t)
+	return t, err
+}
+
+// Join adds nodes (names or peer IDs) to a tribe by hand.
+func (c *Client) Join(ctx context.Context, tribe string, nodes []string) ([]Member, error) {
+	var m []Member
+	err := c.do(ctx, http.MethodPost, "/v1/tribes/"+url.PathEscape(tribe)+"/join", NodesRequest{Nodes: nodes}, &m)
+	return m, err
+}
+
+// Leave removes nodes' manual membership of a tribe.
+func (c *Client) Leave(ctx context.Context, tribe string, nodes []string) ([]Member, error) {
+	var m []Member
+	err := c.do(ctx, http.MethodPost, "/v1/tribes/"+url.PathEscape(tribe)+"/leave", NodesRequest{Nodes: nodes}, &m)
+	return m, err
 }
 
 // do sends in (if not nil) as JSON and decodes the answer into out.

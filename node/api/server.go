@@ -90,6 +90,35 @@ func Handler(agent Agent) http.Handler {
 	mux.Handle("GET /v1/peers", endpoint(func(r *http.Request) (any, error) {
 		return agent.Peers(r.Context())
 	}))
+	mux.Handle("GET /v1/nodes", endpoint(func(r *http.Request) (any, error) {
+		return agent.Nodes(r.Context())
+	}))
+	mux.Handle("GET /v1/tribes", endpoint(func(r *http.Request) (any, error) {
+		return agent.Tribes(r.Context())
+	}))
+	mux.Handle("GET /v1/tribes/{tribe}", endpoint(func(r *http.Request) (any, error) {
+		return agent.Tribe(r.Context(), r.PathValue("tribe"))
+	}))
+	mux.Handle("PUT /v1/tribes/{tribe}", endpoint(func(r *http.Request) (any, error) {
+		return agent.CreateTribe(r.Context(), r.PathValue("tribe"))
+	}))
+	mux.Handle("DELETE /v1/tribes/{tribe}", endpoint(func(r *http.Request) (any, error) {
+		return agent.DeleteTribe(r.Context(), r.PathValue("tribe"))
+	}))
+	mux.Handle("POST /v1/tribes/{tribe}/join", endpoint(func(r *http.Request) (any, error) {
+		var req NodesRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.Join(r.Context(), r.PathValue("tribe"), req.Nodes)
+	}))
+	mux.Handle("POST /v1/tribes/{tribe}/leave", endpoint(func(r *http.Request) (any, error) {
+		var req NodesRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.Leave(r.Context(), r.PathValue("tribe"), req.Nodes)
+	}))
 	// Go's profiler, for operators chasing memory or CPU; the socket is
 	// private to the agent's user.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -133,6 +162,17 @@ func endpoint(f func(r *http.Request) (any, error)) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(v)
 	})
+}
+
+// decode reads a JSON request body; anything malformed is the caller's
+// fault.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return BadRequest(fmt.Errorf("bad request body: %w", err))
+	}
+	return nil
 }
 
 func writeError(w http.ResponseWriter, status int, err error) {

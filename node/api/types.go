@@ -21,6 +21,13 @@ const SocketName = "tribe.sock"
 type Agent interface {
 	Status(ctx context.Context) (Status, error)
 	Peers(ctx context.Context) ([]Peer, error)
+	Nodes(ctx context.Context) ([]Node, error)
+	Tribes(ctx context.Context) ([]TribeSummary, error)
+	Tribe(ctx context.Context, name string) (Tribe, error)
+	CreateTribe(ctx context.Context, name string) (Tribe, error)
+	DeleteTribe(ctx context.Context, name string) (Tribe, error)
+	Join(ctx context.Context, tribe string, nodes []string) ([]Member, error)
+	Leave(ctx context.Context, tribe string, nodes []string) ([]Member, error)
 }
 
 // Status describes the local agent.
@@ -37,6 +44,58 @@ type Status struct {
 	Uptime   time.Duration `json:"uptime_ns"`
 	Started  time.Time     `json:"started"`
 	JoinAddr []string      `json:"join_addrs,omitempty"` // configured --join peers
+	// Trust: "open" (every peer that can connect may write tribe state)
+	// or "list", with the trusted writers in Trusted.
+	Trust   string   `json:"trust"`
+	Trusted []string `json:"trusted,omitempty"`
+	// Entries is the number of state keys held (tombstones included) and
+	// StateHash a hash of them all: equal on nodes that agree.
+	Entries   int    `json:"entries"`
+	StateHash string `json:"state_hash"`
+	// Rejected counts refused input by reason.
+	Rejected map[string]int64 `json:"rejected"`
+}
+
+// Node is one node of the fleet, from its replicated record.
+type Node struct {
+	ID      string   `json:"id"`
+	Name    string   `json:"name"`
+	Addrs   []string `json:"addrs"`
+	Version string   `json:"version"`
+	// Alive is true while the node is connected to this one or was heard
+	// from (presence) within the presence timeout; Liveness says "alive",
+	// "suspect" (silent up to twice the timeout) or "dead".
+	Alive    bool   `json:"alive"`
+	Liveness string `json:"liveness"`
+	Self     bool   `json:"self,omitempty"`
+}
+
+// Member is a node in a tribe and why: "manual", or policy names.
+type Member struct {
+	ID    string   `json:"id"`
+	Name  string   `json:"name"`
+	Alive bool     `json:"alive"`
+	Via   []string `json:"via"`
+}
+
+// TribeSummary is one line of `tribe list`.
+type TribeSummary struct {
+	Name    string `json:"name"`
+	Members int    `json:"members"`
+}
+
+// Tribe is a tribe in full.
+type Tribe struct {
+	Name     string   `json:"name"`
+	Explicit bool     `json:"explicit"` // has metadata (created, not only implied)
+	Members  []Member `json:"members"`
+	Policies []string `json:"policies"`
+	Plugins  []string `json:"plugins"`
+}
+
+// NodesRequest names nodes by name or peer ID.
+type NodesRequest struct {
+	Nodes []string `json:"nodes"`
 }
 
 // Peer is one connected tribe peer of the same cluster.

@@ -1,0 +1,405 @@
+package gossip
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// ReplicaConfig configures the I/O shell.
+type ReplicaConfig struct {
+	// Topic is the pubsub topic of the cluster's state.
+	Topic string
+	// Trust is the trust list entries are authorised against.
+	Trust Trust
+	// SyncInterval is how often the replica pulls from a random peer (with
+	// ±20% jitter); it also pulls from every peer that connects.
+	SyncInterval time.Duration
+	// SyncTimeout bounds one pull.
+	SyncTimeout time.Duration
+	// CollectInterval is how often old tombstones are collected.
+	CollectInterval time.Duration
+}
+
+// DefaultReplicaConfig returns the agent's defaults for topic.
+func DefaultReplicaConfig(topic string) ReplicaConfig {
+	return ReplicaConfig{
+		Topic:           topic,
+		Trust:           NewTrust(),
+		SyncInterval:    30 * time.Second,
+		SyncTimeout:     time.Minute,
+		CollectInterval: time.Hour,
+	}
+}
+
+// Watcher is called with every change to keys under its prefix, after the
+// change is stored and applied. It runs on the goroutine that made the
+// change and must not block or call back into the replica's writers.
+type Watcher func(Change)
+
+// Replica is the I/O shell around State: it stores, publishes and syncs.
+// Its methods are safe for concurrent use.
+type Replica struct {
+	cfg   ReplicaConfig
+	h     host.Host
+	key   crypto.PrivKey
+	store *Store
+	log   *slog.Logger
+	now   func() time.Time
+	rng   *rand.Rand // guarded by mu
+
+	mu       sync.Mutex
+	state    *State
+	clock    HLC
+	watchers map[int]watch
+	nextID   int
+
+	topic    *pubsub.Topic
+	sub      *pubsub.Subscription
+	counters counters
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type watch struct {
+	prefix string
+	f      Watcher
+}
+
+// NewReplica loads the store into a fresh state, so the node starts from
+// what it had before it talks to anyone. key is the node's identity.
+func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig, log *slog.Logger, now func() time.Time, rng *rand.Rand) (*Replica, error) {
+	r := &Replica{cfg: cfg, h: h, key: key, store: store, log: log, now: now, rng: rng,
+		state: NewState(cfg.Trust), watchers: map[int]watch{}}
+	loaded, skipped, err := LoadState(store, r.state)
+	if err != nil {
+		return nil, err
+	}
+	if skipped > 0 {
+		log.Warn("stored entries the trust list no longer allows were skipped", "skipped", skipped)
+	}
+	r.clock = r.state.MaxHLC()
+	log.Debug("state loaded", "entries", loaded)
+	return r, nil
+}
+
+// Start joins the state topic on ps, serves the sync protocol and starts
+// anti-entropy. ps must have been created before the host connected to
+// anyone (pubsub misses peers that connected earlier).
+func (r *Replica) Start(ps *pubsub.PubSub) error {
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if err := ps.RegisterTopicValidator(r.cfg.Topic, r.validate); err != nil {
+		return fmt.Errorf("gossip: validator: %w", err)
+	}
+	t, err := ps.Join(r.cfg.Topic)
+	if err != nil {
+		return fmt.Errorf("gossip: join topic: %w", err)
+	}
+	r.topic = t
+	if r.sub, err = t.Subscribe(); err != nil {
+		return fmt.Errorf("gossip: subscribe: %w", err)
+	}
+	r.h.SetStreamHandler(SyncProtocol, r.serveSync)
+	r.spawn(r.receive)
+	r.spawn(r.antiEntropy)
+	r.spawn(r.collect)
+	return nil
+}
+
+func (r *Replica) spawn(f func()) {
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); f() }()
+}
+
+// Close stops the replica's goroutines. It does not close the store.
+func (r *Replica) Close() error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	r.h.RemoveStreamHandler(SyncProtocol)
+	if r.sub != nil {
+		r.sub.Cancel()
+	}
+	r.wg.Wait()
+	if r.topic != nil {
+		return r.topic.Close()
+	}
+	return nil
+}
+
+// PubSubOptions are the pubsub settings the state topic needs: entries are
+// signed envelopes, so pubsub's own signature is redundant (StrictNoSign)
+// and message IDs are content hashes, so a re-published entry is a
+// duplicate.
+func PubSubOptions() []pubsub.Option {
+	return []pubsub.Option{
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
+		pubsub.WithMessageIdFn(func(m *pb.Message) string {
+			h := sha256.Sum256(m.Data)
+			return string(h[:20])
+		}),
+		pubsub.WithMaxMessageSize(MaxEntrySize + 1024),
+	}
+}
+
+// Put writes key = value as this node, and returns once it is stored and
+// applied; then it is published.
+func (r *Replica) Put(ctx context.Context, key string, value []byte) (*Signed, error) {
+	return r.write(ctx, Entry{Key: key, Value: value})
+}
+
+// Delete writes a tombstone for key.
+func (r *Replica) Delete(ctx context.Context, key string) (*Signed, error) {
+	return r.write(ctx, Entry{Key: key, Deleted: true})
+}
+
+func (r *Replica) write(ctx context.Context, e Entry) (*Signed, error) {
+	author, err := peer.IDFromPrivateKey(r.key)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.cfg.Trust.Authorize(e.Key, author); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.clock = Next(r.clock, r.now())
+	e.HLC = r.clock
+	s, err := Sign(e, r.key)
+	if err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	change, err := r.storeAndApply([]*Signed{s})
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	r.notify(change)
+	if r.topic != nil {
+		if err := r.topic.Publish(ctx, s.Raw); err != nil {
+			// Stored and applied: anti-entropy still spreads it.
+			r.log.Warn("publish failed; anti-entropy will spread the entry", "key", e.Key, "err", err)
+		}
+	}
+	return s, nil
+}
+
+// storeAndApply stores the entries that would win and then applies them.
+// Callers hold r.mu.
+func (r *Replica) storeAndApply(entries []*Signed) ([]*Change, error) {
+	var winners []*Signed
+	seen := map[string]*Signed{}
+	for _, e := range entries {
+		cur, ok := seen[e.Key]
+		if !ok {
+			cur, _ = r.state.Version(e.Key)
+		}
+		if cur == nil || e.newer(&cur.Entry) {
+			seen[e.Key] = e
+		}
+	}
+	for _, e := range seen {
+		winners = append(winners, e)
+	}
+	if err := r.store.Put(winners...); err != nil {
+		return nil, err
+	}
+	var changes []*Change
+	for _, e := range winners {
+		c, err := r.state.Apply(e, time.Time{}) // checked by the caller
+		if err != nil {
+			return changes, err
+		}
+		if c != nil {
+			changes = append(changes, c)
+		}
+		r.clock = Observe(r.clock, e.HLC)
+	}
+	return changes, nil
+}
+
+func (r *Replica) notify(changes []*Change) {
+	r.mu.Lock()
+	ws := make([]watch, 0, len(r.watchers))
+	for _, w := range r.watchers {
+		ws = append(ws, w)
+	}
+	r.mu.Unlock()
+	for _, c := range changes {
+		for _, w := range ws {
+			if strings.HasPrefix(c.Key, w.prefix) {
+				w.f(*c)
+			}
+		}
+	}
+}
+
+// Watch calls f for every change under prefix until the returned cancel
+// is called.
+func (r *Replica) Watch(prefix string, f Watcher) (cancel func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := r.nextID
+	r.nextID++
+	r.watchers[id] = watch{prefix, f}
+	return func() {
+		r.mu.Lock()
+		delete(r.watchers, id)
+		r.mu.Unlock()
+	}
+}
+
+// Get returns the live entry under key.
+func (r *Replica) Get(key string) (*Signed, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Get(key)
+}
+
+// Prefix returns the live entries under prefix, by key.
+func (r *Replica) Prefix(prefix string) []*Signed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Prefix(prefix)
+}
+
+// Hash is the strong hash of the whole state (see State.Hash).
+func (r *Replica) Hash() [32]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Hash()
+}
+
+// Len is the number of keys held, tombstones included.
+func (r *Replica) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Len()
+}
+
+// Trust is the replica's trust list.
+func (r *Replica) Trust() Trust { return r.cfg.Trust }
+
+// validate is the topic validator: it rejects (not ignores) anything that
+// does not open, is not authorised or is from the future, and counts why.
+func (r *Replica) validate(_ context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+	e, err := Open(m.Data)
+	if err == nil {
+		err = r.state.Trust().Authorize(e.Key, e.Author)
+	}
+	if err == nil && e.HLC.Wall().After(r.now().Add(MaxClockSkew)) {
+		err = fmt.Errorf("%w: %s", ErrFromFuture, e.Key)
+	}
+	if err != nil {
+		r.counters.reject(err)
+		r.log.Debug("rejected entry from pubsub", "from", from, "err", err)
+		return pubsub.ValidationReject
+	}
+	m.ValidatorData = e
+	return pubsub.ValidationAccept
+}
+
+// receive applies validated entries from the topic.
+func (r *Replica) receive() {
+	for {
+		m, err := r.sub.Next(r.ctx)
+		if err != nil {
+			return
+		}
+		e, ok := m.ValidatorData.(*Signed)
+		if !ok {
+			continue
+		}
+		r.applyRemote([]*Signed{e})
+	}
+}
+
+// applyRemote stores and applies entries from peers and tells watchers.
+func (r *Replica) applyRemote(entries []*Signed) int {
+	r.mu.Lock()
+	changes, err := r.storeAndApply(entries)
+	r.mu.Unlock()
+	if err != nil {
+		r.log.Error("storing entries from peers", "err", err)
+	}
+	r.notify(changes)
+	return len(changes)
+}
+
+// collect drops old tombstones now and then.
+func (r *Replica) collect() {
+	t := time.NewTicker(r.cfg.CollectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		gone := r.state.Collect(r.now(), TombstoneGrace)
+		r.mu.Unlock()
+		if err := r.store.Delete(gone...); err != nil {
+			r.log.Warn("collecting tombstones", "err", err)
+		}
+	}
+}
+
+// Counters of refused input, by reason.
+type counters struct {
+	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, syncErrors atomic.Int64
+}
+
+func (c *counters) reject(err error) {
+	switch {
+	case errors.Is(err, ErrBadSig):
+		c.badSignature.Add(1)
+	case errors.Is(err, ErrBadSigner):
+		c.badSigner.Add(1)
+	case errors.Is(err, ErrTooLarge):
+		c.tooLarge.Add(1)
+	case errors.Is(err, ErrUnauthorized):
+		c.unauthorized.Add(1)
+	case errors.Is(err, ErrUnknownKey):
+		c.unknownKey.Add(1)
+	case errors.Is(err, ErrFromFuture):
+		c.fromFuture.Add(1)
+	default:
+		c.malformed.Add(1)
+	}
+}
+
+// Rejected returns the counts of refused entries and failed syncs by
+// reason.
+func (r *Replica) Rejected() map[string]int64 {
+	c := &r.counters
+	return map[string]int64{
+		"bad_signature": c.badSignature.Load(),
+		"bad_signer":    c.badSigner.Load(),
+		"malformed":     c.malformed.Load(),
+		"too_large":     c.tooLarge.Load(),
+		"unauthorized":  c.unauthorized.Load(),
+		"unknown_key":   c.unknownKey.Load(),
+		"from_future":   c.fromFuture.Load(),
+		"sync_errors":   c.syncErrors.Load(),
+	}
+}
+
+var _ io.Closer = (*Replica)(nil)

@@ -1,0 +1,172 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
+)
+
+// Liveness: a node is alive while it is connected to us or was heard from
+// (a presence message) within presenceTimeout = 3 presence intervals;
+// suspect while silent for up to twice that; dead after. Connectivity alone
+// would miss nodes we are not directly connected to, and a killed peer's
+// QUIC connection lingers for its idle timeout; presence alone would
+// depend on gossip reaching us.
+
+// Liveness states.
+const (
+	Alive   = "alive"
+	Suspect = "suspect"
+	Dead    = "dead"
+)
+
+// liveness is the pure rule above.
+func liveness(connected bool, lastHeard, now time.Time, timeout time.Duration) string {
+	silent := now.Sub(lastHeard)
+	switch {
+	case connected || (!lastHeard.IsZero() && silent <= timeout):
+		return Alive
+	case !lastHeard.IsZero() && silent <= 2*timeout:
+		return Suspect
+	}
+	return Dead
+}
+
+// presenceRecord is the signed heartbeat: the sender's wall clock. The
+// envelope's signer is the node it speaks for.
+type presenceRecord struct{ ms int64 }
+
+const presenceDomain = "tribe-presence"
+
+var presenceType = []byte("/tribe/presence/1")
+
+func (*presenceRecord) Domain() string { return presenceDomain }
+func (*presenceRecord) Codec() []byte  { return presenceType }
+func (p *presenceRecord) MarshalRecord() ([]byte, error) {
+	return binary.BigEndian.AppendUint64(nil, uint64(p.ms)), nil
+}
+func (p *presenceRecord) UnmarshalRecord(b []byte) error {
+	if len(b) != 8 {
+		return fmt.Errorf("presence: %d bytes, want 8", len(b))
+	}
+	p.ms = int64(binary.BigEndian.Uint64(b))
+	return nil
+}
+
+// ErrBadPresence is returned for presence messages that do not verify.
+var ErrBadPresence = errors.New("node: bad presence message")
+
+// openPresence verifies a presence message and returns who sent it when.
+func openPresence(b []byte) (peer.ID, time.Time, error) {
+	if len(b) > 512 {
+		return "", time.Time{}, fmt.Errorf("%w: %d bytes", ErrBadPresence, len(b))
+	}
+	var rec presenceRecord
+	env, err := record.ConsumeTypedEnvelope(b, &rec)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("%w: %v", ErrBadPresence, err)
+	}
+	if string(env.PayloadType) != string(presenceType) {
+		return "", time.Time{}, fmt.Errorf("%w: payload type", ErrBadPresence)
+	}
+	id, err := peer.IDFromPublicKey(env.PublicKey)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("%w: %v", ErrBadPresence, err)
+	}
+	return id, time.UnixMilli(rec.ms), nil
+}
+
+func sealPresence(key crypto.PrivKey, now time.Time) ([]byte, error) {
+	env, err := record.Seal(&presenceRecord{ms: now.UnixMilli()}, key)
+	if err != nil {
+		return nil, err
+	}
+	return env.Marshal()
+}
+
+// presence tracks when each node was last heard from.
+type presence struct {
+	mu    sync.Mutex
+	heard map[peer.ID]time.Time
+	bad   int64
+}
+
+func (p *presence) seen(id peer.ID, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at.After(p.heard[id]) {
+		p.heard[id] = at
+	}
+}
+
+func (p *presence) last(id peer.ID) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heard[id]
+}
+
+// startPresence joins the presence topic, records what it hears and
+// announces this node every PresenceInterval.
+func (n *Node) startPresence(ps *pubsub.PubSub, key crypto.PrivKey) error {
+	topic := "tribe/" + n.cfg.Cluster + "/presence/1"
+	err := ps.RegisterTopicValidator(topic, func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+		id, at, err := openPresence(m.Data)
+		if err != nil || at.After(n.now().Add(time.Minute)) {
+			n.presence.mu.Lock()
+			n.presence.bad++
+			n.presence.mu.Unlock()
+			return pubsub.ValidationReject
+		}
+		// Record the time we heard it, not the sender's clock.
+		n.presence.seen(id, n.now())
+		return pubsub.ValidationAccept
+	})
+	if err != nil {
+		return fmt.Errorf("node: presence: %w", err)
+	}
+	t, err := ps.Join(topic)
+	if err != nil {
+		return fmt.Errorf("node: presence: %w", err)
+	}
+	sub, err := t.Subscribe()
+	if err != nil {
+		return fmt.Errorf("node: presence: %w", err)
+	}
+	n.spawn(func() {
+		// Messages are handled in the validator; drain the subscription.
+		for {
+			if _, err := sub.Next(n.ctx); err != nil {
+				return
+			}
+		}
+	})
+	n.spawn(func() {
+		defer t.Close()
+		defer sub.Cancel()
+		for {
+			if msg, err := sealPresence(key, n.now()); err == nil {
+				t.Publish(n.ctx, msg)
+			}
+			if !n.sleep(time.Duration(float64(n.cfg.PresenceInterval) * (0.9 + 0.2*n.float()))) {
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// liveness tells whether p is alive now.
+func (n *Node) liveness(p peer.ID) string {
+	if p == n.host.ID() {
+		return Alive
+	}
+	return liveness(n.isConnected(p), n.presence.last(p), n.now(), 3*n.cfg.PresenceInterval)
+}

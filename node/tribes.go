@@ -1,0 +1,313 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// Values of the replicated keys (JSON).
+
+// nodeRecord is nodes/<peer>: what a node says of itself.
+type nodeRecord struct {
+	Name    string   `json:"name"`
+	Addrs   []string `json:"addrs"`
+	Version string   `json:"version"`
+}
+
+// tribeRecord is tribes/<t>: an explicitly created tribe.
+type tribeRecord struct {
+	CreatedBy string `json:"created_by"`
+}
+
+// memberRecord is tribes/<t>/members/<peer>/{manual,policy}. Leaving
+// deletes the key.
+type memberRecord struct {
+	Policies []string `json:"policies,omitempty"`
+}
+
+const (
+	nodesPrefix  = "nodes/"
+	tribesPrefix = "tribes/"
+)
+
+// Errors the API reports as the caller's.
+var (
+	ErrUnknownTribe = errors.New("unknown tribe")
+	ErrUnknownNode  = errors.New("unknown node")
+)
+
+// publishSelf writes this node's record if it differs from the stored one.
+func (n *Node) publishSelf(ctx context.Context) error {
+	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	key := nodesPrefix + n.host.ID().String()
+	if cur, ok := n.replica.Get(key); ok && string(cur.Value) == string(b) {
+		return nil
+	}
+	_, err = n.replica.Put(ctx, key, b)
+	return err
+}
+
+// nodeRecords returns every node's record by peer, bad records skipped.
+func (n *Node) nodeRecords() map[peer.ID]nodeRecord {
+	out := map[peer.ID]nodeRecord{}
+	for _, e := range n.replica.Prefix(nodesPrefix) {
+		id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
+		if err != nil {
+			continue
+		}
+		var rec nodeRecord
+		if json.Unmarshal(e.Value, &rec) != nil {
+			continue
+		}
+		out[id] = rec
+	}
+	return out
+}
+
+// Nodes implements api.Agent.
+func (n *Node) Nodes(ctx context.Context) ([]api.Node, error) {
+	var out []api.Node
+	for id, rec := range n.nodeRecords() {
+		l := n.liveness(id)
+		out = append(out, api.Node{ID: id.String(), Name: rec.Name, Addrs: rec.Addrs, Version: rec.Version,
+			Alive: l == Alive, Liveness: l, Self: id == n.host.ID()})
+	}
+	slices.SortFunc(out, func(a, b api.Node) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
+	return out, nil
+}
+
+// resolve turns node names or peer IDs into peer IDs of known nodes.
+func (n *Node) resolve(names []string) ([]peer.ID, error) {
+	if len(names) == 0 {
+		return nil, api.BadRequest(errors.New("name at least one node"))
+	}
+	recs := n.nodeRecords()
+	var out []peer.ID
+	for _, s := range names {
+		if id, err := peer.Decode(s); err == nil {
+			if _, ok := recs[id]; !ok {
+				return nil, api.NotFound(fmt.Errorf("%w %s: no node with that peer ID has announced itself", ErrUnknownNode, s))
+			}
+			out = append(out, id)
+			continue
+		}
+		var matches []peer.ID
+		for id, rec := range recs {
+			if rec.Name == s {
+				matches = append(matches, id)
+			}
+		}
+		switch len(matches) {
+		case 0:
+			return nil, api.NotFound(fmt.Errorf("%w %q (see `tribe nodes`)", ErrUnknownNode, s))
+		case 1:
+			out = append(out, matches[0])
+		default:
+			return nil, api.BadRequest(fmt.Errorf("node name %q is ambiguous: %d nodes have it; use a peer ID", s, len(matches)))
+		}
+	}
+	return out, nil
+}
+
+// tribeView is what the state says of one tribe.
+type tribeView struct {
+	explicit bool
+	members  map[peer.ID][]string // via: "manual" and/or policy names
+	policies []string
+	plugins  []string
+}
+
+// tribes gathers every tribe from the state: those with metadata, members
+// or (with the policy issue) policies naming them.
+func (n *Node) tribes() map[string]*tribeView {
+	out := map[string]*tribeView{}
+	get := func(t string) *tribeView {
+		if v, ok := out[t]; ok {
+			return v
+		}
+		v := &tribeView{members: map[peer.ID][]string{}}
+		out[t] = v
+		return v
+	}
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		segs := strings.Split(e.Key, "/")
+		switch {
+		case len(segs) == 2:
+			get(segs[1]).explicit = true
+		case len(segs) == 5 && segs[2] == "members":
+			id, err := peer.Decode(segs[3])
+			if err != nil {
+				continue
+			}
+			v := get(segs[1])
+			if segs[4] == "manual" {
+				v.members[id] = append(v.members[id], "manual")
+				continue
+			}
+			var rec memberRecord
+			json.Unmarshal(e.Value, &rec)
+			v.members[id] = append(v.members[id], rec.Policies...)
+		case len(segs) == 4 && segs[2] == "plugins":
+			v := get(segs[1])
+			v.plugins = append(v.plugins, segs[3])
+		}
+	}
+	return out
+}
+
+func (n *Node) members(v *tribeView) []api.Member {
+	recs := n.nodeRecords()
+	out := []api.Member{}
+	for id, via := range v.members {
+		slices.Sort(via)
+		out = append(out, api.Member{ID: id.String(), Name: recs[id].Name, Alive: n.liveness(id) == Alive, Via: via})
+	}
+	slices.SortFunc(out, func(a, b api.Member) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
+	return out
+}
+
+// Tribes implements api.Agent.
+func (n *Node) Tribes(ctx context.Context) ([]api.TribeSummary, error) {
+	out := []api.TribeSummary{}
+	for name, v := range n.tribes() {
+		out = append(out, api.TribeSummary{Name: name, Members: len(v.members)})
+	}
+	slices.SortFunc(out, func(a, b api.TribeSummary) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Tribe implements api.Agent.
+func (n *Node) Tribe(ctx context.Context, name string) (api.Tribe, error) {
+	v, ok := n.tribes()[name]
+	if !ok {
+		return api.Tribe{}, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, name))
+	}
+	slices.Sort(v.plugins)
+	return api.Tribe{Name: name, Explicit: v.explicit, Members: n.members(v), Policies: orEmpty(v.policies), Plugins: orEmpty(v.plugins)}, nil
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// writeErr maps replica write errors to API errors: an authorisation
+// failure is the caller's (this node is not a trusted writer).
+func writeErr(err error) error {
+	if errors.Is(err, gossip.ErrUnauthorized) || errors.Is(err, gossip.ErrUnknownKey) {
+		return api.BadRequest(err)
+	}
+	return err
+}
+
+func checkTribeName(name string) error {
+	if !gossip.ValidName(name) {
+		return api.BadRequest(fmt.Errorf("tribe name %q: use 1 to 63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit", name))
+	}
+	return nil
+}
+
+// CreateTribe implements api.Agent.
+func (n *Node) CreateTribe(ctx context.Context, name string) (api.Tribe, error) {
+	if err := checkTribeName(name); err != nil {
+		return api.Tribe{}, err
+	}
+	if v, ok := n.tribes()[name]; ok && v.explicit {
+		return api.Tribe{}, api.BadRequest(fmt.Errorf("tribe %q exists", name))
+	}
+	b, _ := json.Marshal(tribeRecord{CreatedBy: n.host.ID().String()})
+	if _, err := n.replica.Put(ctx, tribesPrefix+name, b); err != nil {
+		return api.Tribe{}, writeErr(err)
+	}
+	return n.Tribe(ctx, name)
+}
+
+// DeleteTribe implements api.Agent: it deletes the tribe's metadata and
+// manual memberships. Members by policy stay until the policy goes.
+func (n *Node) DeleteTribe(ctx context.Context, name string) (api.Tribe, error) {
+	v, ok := n.tribes()[name]
+	if !ok {
+		return api.Tribe{}, api.NotFound(fmt.Errorf("%w %q", ErrUnknownTribe, name))
+	}
+	if v.explicit {
+		if _, err := n.replica.Delete(ctx, tribesPrefix+name); err != nil {
+			return api.Tribe{}, writeErr(err)
+		}
+	}
+	for id, via := range v.members {
+		if slices.Contains(via, "manual") {
+			if _, err := n.replica.Delete(ctx, memberKey(name, id, "manual")); err != nil {
+				return api.Tribe{}, writeErr(err)
+			}
+		}
+	}
+	left, ok := n.tribes()[name]
+	if !ok {
+		return api.Tribe{Name: name, Members: []api.Member{}, Policies: []string{}, Plugins: []string{}}, nil
+	}
+	return api.Tribe{Name: name, Members: n.members(left), Policies: orEmpty(left.policies), Plugins: orEmpty(left.plugins)}, nil
+}
+
+func memberKey(tribe string, id peer.ID, via string) string {
+	return tribesPrefix + tribe + "/members/" + id.String() + "/" + via
+}
+
+// Join implements api.Agent: manual membership of existing nodes in an
+// existing tribe.
+func (n *Node) Join(ctx context.Context, tribe string, nodes []string) ([]api.Member, error) {
+	if _, ok := n.tribes()[tribe]; !ok {
+		return nil, api.NotFound(fmt.Errorf("%w %q (create it with `tribe create %s`)", ErrUnknownTribe, tribe, tribe))
+	}
+	ids, err := n.resolve(nodes)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(memberRecord{})
+	for _, id := range ids {
+		if _, err := n.replica.Put(ctx, memberKey(tribe, id, "manual"), b); err != nil {
+			return nil, writeErr(err)
+		}
+	}
+	return n.members(n.tribes()[tribe]), nil
+}
+
+// Leave implements api.Agent: it removes manual membership.
+func (n *Node) Leave(ctx context.Context, tribe string, nodes []string) ([]api.Member, error) {
+	v, ok := n.tribes()[tribe]
+	if !ok {
+		return nil, api.NotFound(fmt.Errorf("%w %q", ErrUnknownTribe, tribe))
+	}
+	ids, err := n.resolve(nodes)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if !slices.Contains(v.members[id], "manual") {
+			return nil, api.BadRequest(fmt.Errorf("node %s is not a manual member of %q", id, tribe))
+		}
+	}
+	for _, id := range ids {
+		if _, err := n.replica.Delete(ctx, memberKey(tribe, id, "manual")); err != nil {
+			return nil, writeErr(err)
+		}
+	}
+	if v, ok = n.tribes()[tribe]; !ok {
+		return []api.Member{}, nil
+	}
+	return n.members(v), nil
+}

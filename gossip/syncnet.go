@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -38,7 +39,7 @@ func (r *Replica) serveSync(s network.Stream) {
 	for range maxRounds + 1 {
 		b, err := ReadMsg(br)
 		if err != nil {
-			if !errors.Is(err, context.Canceled) && err.Error() != "EOF" {
+			if !errors.Is(err, io.EOF) {
 				r.log.Debug("sync: read request", "peer", s.Conn().RemotePeer(), "err", err)
 			}
 			return
@@ -72,6 +73,10 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (SyncStats, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		s.SetDeadline(dl)
 	}
+	// Reads do not watch ctx: a closing replica or a cancelled caller
+	// resets the stream instead of waiting out the deadline.
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
 	br := bufio.NewReader(s)
 	r.mu.Lock()
 	req := r.state.StartPull()

@@ -139,20 +139,24 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 		return nil, fmt.Errorf("node: host: %w", err)
 	}
 	h.Start()
-	if quicConns == nil {
-		return h, nil
-	}
 	return &agentHost{BasicHost: h, quic: quicConns}, nil
 }
 
 // agentHost is the basic host plus what its Close does not close.
 type agentHost struct {
 	*bhost.BasicHost
-	quic *quicreuse.ConnManager
+	quic *quicreuse.ConnManager // nil with a swarm key
 }
 
+// Close closes the connections first: the basic host otherwise waits for
+// identify exchanges in flight, which on a dead peer's lingering QUIC
+// connection only end at identify's timeout.
 func (h *agentHost) Close() error {
-	return errors.Join(h.BasicHost.Close(), h.quic.Close())
+	errs := []error{h.Network().Close(), h.BasicHost.Close()}
+	if h.quic != nil {
+		errs = append(errs, h.quic.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // newQUICConnManager makes QUIC's shared UDP sockets, with every inbound

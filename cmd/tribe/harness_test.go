@@ -122,7 +122,9 @@ func (a *agentProc) kill() {
 
 // stop sends SIGTERM and returns the exit error.
 func (a *agentProc) stop() error {
+	start := time.Now()
 	a.cmd.Process.Signal(syscall.SIGTERM)
+	defer func() { a.t.Logf("%s stopped in %v", a.name, time.Since(start).Round(time.Millisecond)) }()
 	select {
 	case err := <-a.done:
 		a.cmd.ProcessState = &os.ProcessState{}
@@ -195,13 +197,15 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() boo
 
 func waitEvery(t testing.TB, timeout, every time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(every)
 	}
+	t.Logf("waited %v for %s", time.Since(start).Round(time.Millisecond), what)
 }
 
 // seesAll reports whether a's peers are exactly the others, by ID and name.

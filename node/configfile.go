@@ -20,6 +20,7 @@ type FileConfig struct {
 	Join        []string `yaml:"join"`
 	MDNS        *bool    `yaml:"mdns"`
 	SwarmKey    *string  `yaml:"swarm_key"`
+	Trusted     []string `yaml:"trusted"`
 	TargetPeers *int     `yaml:"target_peers"`
 }
 
@@ -46,6 +47,9 @@ func LoadConfigFile(path string, cfg *Config) error {
 	}
 	if f.Join != nil {
 		cfg.Join = f.Join
+	}
+	if f.Trusted != nil {
+		cfg.Trusted = f.Trusted
 	}
 	return nil
 }

@@ -30,11 +30,11 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, target_peers"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, target_peers"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable (not yet supported: arrives with facts and policies)"},
 			&cli.StringFlag{Name: "facts-file", Usage: "file of user facts (not yet supported: arrives with facts and policies)"},
-			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer, repeatable (not yet supported: arrives with replicated state)"},
+			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer of tribe state, repeatable; none means every peer that can connect is trusted"},
 		},
 		Action: runAgent,
 	}
@@ -44,7 +44,7 @@ func runAgent(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	for _, f := range []string{"fact", "facts-file", "trusted"} {
+	for _, f := range []string{"fact", "facts-file"} {
 		if c.IsSet(f) {
 			return fmt.Errorf("--%s is not yet supported by this version", f)
 		}
@@ -96,6 +96,9 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.Bool("no-mdns") {
 		cfg.MDNS = false
+	}
+	if c.IsSet("trusted") {
+		cfg.Trusted = c.StringSlice("trusted")
 	}
 	if c.IsSet("swarm-key") {
 		cfg.SwarmKeyFile = c.String("swarm-key")

@@ -36,7 +36,7 @@ func usagef(format string, args ...any) error {
 // run runs the CLI and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.Run(args)
+	err := app.Run(interspersed(app, args))
 	if err == nil {
 		return 0
 	}
@@ -70,7 +70,9 @@ func commonFlags() []cli.Flag {
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	onUsage := func(c *cli.Context, err error, _ bool) error { return usageError{err} }
-	cmds := []*cli.Command{agentCommand(), statusCommand(), peersCommand(), simCommand()}
+	cmds := []*cli.Command{agentCommand(), statusCommand(), peersCommand(), nodesCommand()}
+	cmds = append(cmds, tribeCommands()...)
+	cmds = append(cmds, simCommand())
 	for _, c := range cmds {
 		c.Flags = append(c.Flags, commonFlags()...)
 		c.OnUsageError = onUsage
@@ -94,6 +96,67 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return cli.ShowAppHelp(c)
 		},
 	}
+}
+
+// interspersed lets flags follow a command's arguments (`tribe show core
+// --json`), as users expect: urfave/cli stops parsing flags at the first
+// argument, so the command's flags are moved in front of its arguments.
+// "--" still ends flag parsing.
+func interspersed(app *cli.App, args []string) []string {
+	takesValue := func(flags []cli.Flag, name string) (known, value bool) {
+		for _, f := range flags {
+			for _, n := range f.Names() {
+				if n == name {
+					_, isBool := f.(*cli.BoolFlag)
+					return true, !isBool
+				}
+			}
+		}
+		return false, false
+	}
+	// Find the command after the global flags.
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if _, value := takesValue(app.Flags, name); value && !hasValue {
+			i++
+		}
+		i++
+	}
+	if i >= len(args) {
+		return args
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil {
+		return args
+	}
+	var flags, positional []string
+	rest := args[i+1:]
+	for j := 0; j < len(rest); j++ {
+		a := rest[j]
+		if a == "--" {
+			positional = append(positional, rest[j:]...)
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		known, value := takesValue(cmd.Flags, name)
+		if !strings.HasPrefix(a, "-") || a == "-" || !known {
+			if strings.HasPrefix(a, "-") && a != "-" {
+				flags = append(flags, a) // unknown: let the parser say so
+				continue
+			}
+			positional = append(positional, a)
+			continue
+		}
+		flags = append(flags, a)
+		if value && !hasValue && j+1 < len(rest) {
+			j++
+			flags = append(flags, rest[j])
+		}
+	}
+	out := append([]string{}, args[:i+1]...)
+	out = append(out, flags...)
+	return append(out, positional...)
 }
 
 // flagString returns the value of a common flag given after or before the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,6 +35,22 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(tw, "peers\t%d\n", s.Peers)
 			fmt.Fprintf(tw, "mdns\t%v\n", s.MDNS)
 			fmt.Fprintf(tw, "private network\t%v\n", s.Private)
+			if s.Trust == "open" {
+				fmt.Fprintf(tw, "trust\topen: every peer that can connect may write tribe state\n")
+			} else {
+				fmt.Fprintf(tw, "trust\t%d trusted writers: %s\n", len(s.Trusted), strings.Join(s.Trusted, ", "))
+			}
+			fmt.Fprintf(tw, "state\t%d entries, hash %.16s\n", s.Entries, s.StateHash)
+			var rejected []string
+			for reason, n := range s.Rejected {
+				if n > 0 {
+					rejected = append(rejected, fmt.Sprintf("%s %d", reason, n))
+				}
+			}
+			slices.Sort(rejected)
+			if len(rejected) > 0 {
+				fmt.Fprintf(tw, "rejected\t%s\n", strings.Join(rejected, ", "))
+			}
 			fmt.Fprintf(tw, "uptime\t%s\n", s.Uptime.Round(time.Second))
 			fmt.Fprintf(tw, "data dir\t%s\n", s.DataDir)
 			for i, a := range s.Addrs {

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+func nodesCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "nodes",
+		Usage: "list the fleet's nodes from the replicated state, with liveness",
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			nodes, err := client(c).Nodes(c.Context)
+			if err != nil {
+				return err
+			}
+			if flagBool(c, "json") {
+				return printJSON(c.App.Writer, nodes)
+			}
+			tw := table(c.App.Writer)
+			fmt.Fprintln(tw, "NAME\tID\tLIVENESS\tVERSION")
+			for _, n := range nodes {
+				name := n.Name
+				if n.Self {
+					name += " (this node)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, n.ID, n.Liveness, n.Version)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// oneArg returns the command's single argument, named what.
+func oneArg(c *cli.Context, what string) (string, error) {
+	if c.NArg() != 1 {
+		return "", usagef("%s takes one argument, %s; got %d", c.Command.Name, what, c.NArg())
+	}
+	return c.Args().First(), nil
+}
+
+func tribeCommands() []*cli.Command {
+	return []*cli.Command{
+		{
+			Name:      "list",
+			Usage:     "list the tribes and their member counts",
+			ArgsUsage: " ",
+			Action: func(c *cli.Context) error {
+				if err := noArgs(c); err != nil {
+					return err
+				}
+				tribes, err := client(c).Tribes(c.Context)
+				if err != nil {
+					return err
+				}
+				if flagBool(c, "json") {
+					return printJSON(c.App.Writer, tribes)
+				}
+				tw := table(c.App.Writer)
+				fmt.Fprintln(tw, "TRIBE\tMEMBERS")
+				for _, t := range tribes {
+					fmt.Fprintf(tw, "%s\t%d\n", t.Name, t.Members)
+				}
+				return tw.Flush()
+			},
+		},
+		{
+			Name:      "show",
+			Usage:     "show a tribe: members, policies, plugins",
+			ArgsUsage: "TRIBE",
+			Action: func(c *cli.Context) error {
+				name, err := oneArg(c, "the tribe")
+				if err != nil {
+					return err
+				}
+				t, err := client(c).Tribe(c.Context, name)
+				if err != nil {
+					return err
+				}
+				return printTribe(c, t)
+			},
+		},
+		{
+			Name:      "members",
+			Usage:     "list a tribe's members, how they joined (via) and whether they are alive",
+			ArgsUsage: "TRIBE",
+			Action: func(c *cli.Context) error {
+				name, err := oneArg(c, "the tribe")
+				if err != nil {
+					return err
+				}
+				t, err := client(c).Tribe(c.Context, name)
+				if err != nil {
+					return err
+				}
+				return printMembers(c, t.Members)
+			},
+		},
+		{
+			Name:      "create",
+			Usage:     "create a tribe (needs a trusted writer); returns once stored",
+			ArgsUsage: "TRIBE",
+			Action: func(c *cli.Context) error {
+				name, err := oneArg(c, "the tribe")
+				if err != nil {
+					return err
+				}
+				t, err := client(c).CreateTribe(c.Context, name)
+				if err != nil {
+					return err
+				}
+				return printTribe(c, t)
+			},
+		},
+		{
+			Name:      "delete",
+			Usage:     "delete a tribe and its manual memberships (members by policy stay while the policy does)",
+			ArgsUsage: "TRIBE",
+			Action: func(c *cli.Context) error {
+				name, err := oneArg(c, "the tribe")
+				if err != nil {
+					return err
+				}
+				t, err := client(c).DeleteTribe(c.Context, name)
+				if err != nil {
+					return err
+				}
+				if flagBool(c, "json") {
+					return printJSON(c.App.Writer, t)
+				}
+				if len(t.Members) == 0 {
+					fmt.Fprintf(c.App.Writer, "deleted tribe %s\n", name)
+					return nil
+				}
+				fmt.Fprintf(c.App.Writer, "deleted tribe %s's metadata and manual members; %d members by policy remain\n", name, len(t.Members))
+				return nil
+			},
+		},
+		{
+			Name:      "join",
+			Usage:     "add nodes (names or peer IDs) to a tribe by hand",
+			ArgsUsage: "TRIBE NODE...",
+			Action: func(c *cli.Context) error {
+				return membership(c, (*api.Client).Join)
+			},
+		},
+		{
+			Name:      "leave",
+			Usage:     "remove nodes' manual membership of a tribe",
+			ArgsUsage: "TRIBE NODE...",
+			Action: func(c *cli.Context) error {
+				return membership(c, (*api.Client).Leave)
+			},
+		},
+	}
+}
+
+type membershipCall func(*api.Client, context.Context, string, []string) ([]api.Member, error)
+
+func membership(c *cli.Context, call membershipCall) error {
+	if c.NArg() < 2 {
+		return usagef("%s takes a tribe and at least one node", c.Command.Name)
+	}
+	members, err := call(client(c), c.Context, c.Args().First(), c.Args().Tail())
+	if err != nil {
+		return err
+	}
+	return printMembers(c, members)
+}
+
+func printTribe(c *cli.Context, t api.Tribe) error {
+	if flagBool(c, "json") {
+		return printJSON(c.App.Writer, t)
+	}
+	tw := table(c.App.Writer)
+	fmt.Fprintf(tw, "tribe\t%s\n", t.Name)
+	fmt.Fprintf(tw, "policies\t%s\n", strings.Join(t.Policies, ", "))
+	fmt.Fprintf(tw, "plugins\t%s\n", strings.Join(t.Plugins, ", "))
+	fmt.Fprintf(tw, "members\t%d\n", len(t.Members))
+	tw.Flush()
+	if len(t.Members) == 0 {
+		return nil
+	}
+	fmt.Fprintln(c.App.Writer)
+	return printMembers(c, t.Members)
+}
+
+func printMembers(c *cli.Context, members []api.Member) error {
+	if flagBool(c, "json") {
+		return printJSON(c.App.Writer, members)
+	}
+	tw := table(c.App.Writer)
+	fmt.Fprintln(tw, "NAME\tID\tALIVE\tVIA")
+	for _, m := range members {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Name, m.ID, m.Alive, strings.Join(m.Via, ","))
+	}
+	return tw.Flush()
+}

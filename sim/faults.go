@@ -43,8 +43,9 @@ func (s *Sim) Partition(groups ...[]int) error {
 		}
 	})
 	// No new dial across can succeed now, but one that had already found
-	// its link may still complete: close connections until none is left.
-	for pass := 0; ; pass++ {
+	// its link may still complete: close connections until several passes
+	// in a row find none.
+	for pass, clean := 0, 0; clean < 5; pass++ {
 		open := 0
 		s.crossPairs(group, func(a, b peer.ID) {
 			if len(s.mn.Net(a).ConnsToPeer(b)) > 0 {
@@ -53,13 +54,15 @@ func (s *Sim) Partition(groups ...[]int) error {
 			}
 		})
 		if open == 0 {
-			break
+			clean++
+		} else {
+			clean = 0
 		}
-		if pass == 100 {
+		if pass == 500 {
 			errs = append(errs, fmt.Errorf("sim: partition: connections keep reappearing"))
 			break
 		}
-		time.Sleep(10 * time.Millisecond) // let in-flight dials land
+		time.Sleep(20 * time.Millisecond) // let in-flight dials land
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 // pollEvery is how often WaitFor checks its condition.
@@ -136,3 +137,25 @@ func (s *Sim) Components() int {
 	}
 	return comps
 }
+
+// Converged reports whether every running node holds the same state.
+func (s *Sim) Converged() bool {
+	var first [32]byte
+	seen := false
+	for i := range s.members {
+		n := s.Node(i)
+		if n == nil {
+			continue
+		}
+		h := n.Replica().Hash()
+		if seen && h != first {
+			return false
+		}
+		first, seen = h, true
+	}
+	return true
+}
+
+// Mocknet is the simulator's mock network, for tests that bring their own
+// hosts (a rogue peer, say).
+func (s *Sim) Mocknet() mocknet.Mocknet { return s.mn }

@@ -52,6 +52,9 @@ type Config struct {
 	Dir string
 	// Logger receives every node's logs; nil discards them.
 	Logger *slog.Logger
+	// Trusted are the indices of the nodes every node trusts as writers;
+	// empty means every node is trusted (an open trust list).
+	Trusted []int
 	// Tune, if set, adjusts node i's config before it is built.
 	Tune func(i int, cfg *node.Config)
 }
@@ -65,6 +68,9 @@ func NodeConfig() node.Config {
 	c.DiscoveryInterval = time.Second
 	c.BackoffMin = 100 * time.Millisecond
 	c.BackoffMax = 2 * time.Second
+	c.SyncInterval = 5 * time.Second
+	c.PresenceInterval = 5 * time.Second
+	c.StateNoSync = true
 	return c
 }
 
@@ -131,6 +137,9 @@ func New(cfg Config) (*Sim, error) {
 	for i, m := range s.members {
 		for _, j := range pickJoins(rng, i, cfg.Joins) {
 			m.cfg.Join = append(m.cfg.Join, s.members[j].p2pAddr())
+		}
+		for _, j := range cfg.Trusted {
+			m.cfg.Trusted = append(m.cfg.Trusted, s.members[j].id.String())
 		}
 	}
 	return s, nil

@@ -29,11 +29,15 @@ race:
 # Runs each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./node -run '^$$' -fuzz FuzzReadHello -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzReadHello$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzOpenPresence$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzSyncMessages$$' -fuzztime $(FUZZTIME)
 
 # Speed and memory, as ratios measured side by side in one run.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./cmd/tribe ./sim
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./gossip ./sim
 
 lint:
 	$(GO) vet ./...

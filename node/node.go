@@ -291,6 +291,10 @@ func (n *Node) recordLoop() {
 	}
 }
 
+// PubSub is the node's gossipsub instance, for components layered on the
+// node (and for comparing against plain broadcasts in benchmarks).
+func (n *Node) PubSub() *pubsub.PubSub { return n.pubsub }
+
 // Replica is the node's replicated state.
 func (n *Node) Replica() *gossip.Replica { return n.replica }
 

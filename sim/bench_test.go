@@ -3,8 +3,14 @@ package sim
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node"
 )
 
 // BenchmarkSimHeapPerNode starts N simulated nodes, each told to join one
@@ -25,4 +31,128 @@ func BenchmarkSimHeapPerNode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkWriteVsBroadcast: the time for one state write on node 0 to be
+// applied on every node, against the time for a plain gossipsub message of
+// the same size to reach every node, on the same simulated cluster and
+// alternated in the same run. Target: at most 1.5x. The write path adds
+// signing, a signature check on every hop and a store on every node.
+func BenchmarkWriteVsBroadcast(b *testing.B) {
+	for _, n := range []int{100, 300, 1000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchWriteVsBroadcast(b, n) })
+	}
+}
+
+func benchWriteVsBroadcast(b *testing.B, n int) {
+	ctx := context.Background()
+	s, err := New(Config{Nodes: n, Seed: 7, Joins: 3, Latency: 10 * time.Millisecond, Dir: b.TempDir(),
+		Tune: func(i int, c *node.Config) {
+			// Keep the background quiet: a 1,000-node fleet in one process
+			// on two cores cannot afford every node's heartbeats.
+			c.PresenceInterval = time.Hour
+			c.SyncInterval = time.Hour
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return s.MinPeers() >= 3 }); err != nil {
+		b.Fatalf("cluster did not connect: %v", err)
+	}
+
+	// Arrival times, per round, of the write (by watcher) and of the plain
+	// message (by subscriber).
+	var mu sync.Mutex
+	arrived := map[string]int{}
+	seenAll := make(chan string, 64)
+	mark := func(id string) {
+		mu.Lock()
+		arrived[id]++
+		done := arrived[id] == n
+		mu.Unlock()
+		if done {
+			seenAll <- id
+		}
+	}
+	topics := make([]*pubsub.Topic, n)
+	for i := range n {
+		nd := s.Node(i)
+		nd.Replica().Watch("tribes/bench-", func(c gossip.Change) { mark(c.Key) })
+		t, err := nd.PubSub().Join("bench/plain")
+		if err != nil {
+			b.Fatal(err)
+		}
+		topics[i] = t
+		sub, err := t.Subscribe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			for {
+				m, err := sub.Next(ctx)
+				if err != nil {
+					return
+				}
+				mark(string(m.Data[:16]))
+			}
+		}()
+	}
+	defer func() {
+		for _, t := range topics {
+			t.Close()
+		}
+	}()
+	// Let the plain topic's mesh form (gossipsub heartbeats are 1 s).
+	if _, err := s.WaitFor(ctx, time.Minute, func() bool {
+		for _, t := range topics {
+			if len(t.ListPeers()) == 0 {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		b.Fatal("plain topic mesh did not form")
+	}
+	time.Sleep(3 * time.Second) // a few heartbeats to fill the mesh to its degree
+
+	wait := func(id string) time.Duration {
+		start := time.Now()
+		for {
+			select {
+			case got := <-seenAll:
+				if got == id {
+					return time.Since(start)
+				}
+			case <-time.After(time.Minute):
+				b.Fatalf("%s did not reach all %d nodes", id, n)
+			}
+		}
+	}
+	var write, plain time.Duration
+	rounds := 5
+	for r := range rounds {
+		key := fmt.Sprintf("tribes/bench-%d", r)
+		start := time.Now()
+		if _, err := s.Node(0).Replica().Put(ctx, key, make([]byte, 100)); err != nil {
+			b.Fatal(err)
+		}
+		wait(key)
+		write += time.Since(start)
+
+		id := fmt.Sprintf("plain-%010d", r)
+		msg := append([]byte(id), make([]byte, 250)...) // about an entry's size
+		start = time.Now()
+		if err := topics[0].Publish(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+		wait(id)
+		plain += time.Since(start)
+	}
+	b.ReportMetric(float64(write.Milliseconds())/float64(rounds), "write_ms")
+	b.ReportMetric(float64(plain.Milliseconds())/float64(rounds), "broadcast_ms")
+	b.ReportMetric(float64(write)/float64(plain), "write/broadcast_ratio")
 }

@@ -113,7 +113,7 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-func TestAgentRefusesABadIdentity(t *testing.T) {
+func TestAgentRefusesBadFilesInItsDataDir(t *testing.T) {
 	dir := shortTempDir(t)
 	key := filepath.Join(dir, keys.IdentityFile)
 	os.WriteFile(key, []byte("garbage"), 0o600)
@@ -127,6 +127,18 @@ func TestAgentRefusesABadIdentity(t *testing.T) {
 	_, stderr, code = tribe("agent", "--data-dir", dir, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0")
 	if code != 1 || !strings.Contains(stderr, "chmod 600 "+key) {
 		t.Fatalf("open key: exit %d, %q", code, stderr)
+	}
+	os.Remove(key)
+
+	// A damaged state store stops the agent; it is never reset.
+	store := filepath.Join(dir, "state.db")
+	os.WriteFile(store, []byte(strings.Repeat("x", 8192)), 0o600)
+	_, stderr, code = tribe("agent", "--data-dir", dir, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0")
+	if code != 1 || !strings.Contains(stderr, store) || !strings.Contains(stderr, "move it aside") {
+		t.Fatalf("damaged store: exit %d, %q", code, stderr)
+	}
+	if b, _ := os.ReadFile(store); len(b) != 8192 {
+		t.Fatal("the damaged store was modified")
 	}
 }
 

@@ -154,7 +154,7 @@ func BenchmarkStoreBytesPerEntry(b *testing.B) {
 			b.Fatal(err)
 		}
 		for i := 0; i < n; i += 1000 {
-			if err := st.Put(entries[i:i+1000]...); err != nil {
+			if err := st.Put(entries[i : i+1000]...); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,0 +1,368 @@
+package policy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/libp2p/go-netroute"
+	"github.com/shirou/gopsutil/v4/cpu"
+	"github.com/shirou/gopsutil/v4/host"
+	"github.com/shirou/gopsutil/v4/mem"
+	psnet "github.com/shirou/gopsutil/v4/net"
+	"go.yaml.in/yaml/v3"
+)
+
+// Facts describe a host: flat snake_case names, values of JSON types
+// (bool, int64, float64, string, lists and maps of them).
+type Facts map[string]any
+
+// BuiltinNames are the facts Collect gathers on every host.
+var BuiltinNames = []string{
+	"hostname", "fqdn", "os", "os_family", "os_dist", "os_dist_version", "os_dist_codename",
+	"kernel_version", "architecture", "cpu_count", "cpu_model", "processor_features",
+	"memtotal_mb", "default_ipv4", "default_ipv6", "ipv4", "ipv6", "virtual", "boot_time",
+}
+
+// Collect gathers the built-in facts with gopsutil and the standard
+// library. A fact that cannot be read is left out (and so makes policies
+// using it not match); the errors are returned joined, for a warning.
+func Collect(ctx context.Context) (Facts, error) {
+	f := Facts{}
+	var errs []error
+	if hi, err := host.InfoWithContext(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("host info: %w", err))
+	} else {
+		f["hostname"] = hi.Hostname
+		f["os"] = hi.OS
+		f["kernel_version"] = hi.KernelVersion
+		f["boot_time"] = int64(hi.BootTime)
+		f["virtual"] = "physical"
+		if hi.VirtualizationRole == "guest" && hi.VirtualizationSystem != "" {
+			f["virtual"] = hi.VirtualizationSystem
+		}
+		if hi.Platform != "" {
+			f["os_dist"] = hi.Platform
+			f["os_dist_version"] = hi.PlatformVersion
+		}
+	}
+	f["architecture"] = runtime.GOARCH
+	if rel, err := readOSRelease("/etc/os-release"); err == nil {
+		if id := rel["ID"]; id != "" {
+			f["os_dist"] = id
+		}
+		if v := rel["VERSION_ID"]; v != "" {
+			f["os_dist_version"] = v
+		}
+		if c := rel["VERSION_CODENAME"]; c != "" {
+			f["os_dist_codename"] = c
+		}
+		f["os_family"] = osFamily(rel["ID"], rel["ID_LIKE"])
+	} else if runtime.GOOS != "linux" {
+		f["os_family"] = runtime.GOOS
+	}
+	if n, err := cpu.CountsWithContext(ctx, true); err == nil {
+		f["cpu_count"] = int64(n)
+	} else {
+		errs = append(errs, fmt.Errorf("cpu count: %w", err))
+	}
+	if infos, err := cpu.InfoWithContext(ctx); err == nil && len(infos) > 0 {
+		f["cpu_model"] = infos[0].ModelName
+		flags := slices.Clone(infos[0].Flags)
+		slices.Sort(flags)
+		f["processor_features"] = toAnyList(slices.Compact(flags))
+	} else if err != nil {
+		errs = append(errs, fmt.Errorf("cpu info: %w", err))
+	}
+	if vm, err := mem.VirtualMemoryWithContext(ctx); err == nil {
+		f["memtotal_mb"] = int64(vm.Total >> 20)
+	} else {
+		errs = append(errs, fmt.Errorf("memory: %w", err))
+	}
+	v4, v6 := addresses(ctx)
+	f["ipv4"], f["ipv6"] = toAnyList(v4), toAnyList(v6)
+	if ip := defaultRouteSource(net.IPv4zero); ip != "" {
+		f["default_ipv4"] = ip
+	}
+	if ip := defaultRouteSource(net.IPv6zero); ip != "" {
+		f["default_ipv6"] = ip
+	}
+	if h, ok := f["hostname"].(string); ok {
+		f["fqdn"] = fqdn(h, "/etc/hosts")
+	}
+	return f, errors.Join(errs...)
+}
+
+func toAnyList(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// readOSRelease parses an os-release file (KEY=value, optionally quoted).
+func readOSRelease(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok || strings.HasPrefix(k, "#") {
+			continue
+		}
+		if uq, err := strconv.Unquote(v); err == nil {
+			v = uq
+		} else {
+			v = strings.Trim(v, `'"`)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// osFamily maps os-release IDs to Salt-style families.
+func osFamily(id, idLike string) string {
+	words := append([]string{id}, strings.Fields(idLike)...)
+	for _, w := range words {
+		switch w {
+		case "debian", "ubuntu":
+			return "Debian"
+		case "rhel", "fedora", "centos", "rocky", "almalinux":
+			return "RedHat"
+		case "suse", "opensuse", "sles":
+			return "Suse"
+		case "arch":
+			return "Arch"
+		case "alpine":
+			return "Alpine"
+		case "gentoo":
+			return "Gentoo"
+		}
+	}
+	if id == "" {
+		return "Linux"
+	}
+	return strings.ToUpper(id[:1]) + id[1:]
+}
+
+// addresses lists the host's global and private unicast addresses.
+func addresses(ctx context.Context) (v4, v6 []string) {
+	ifaces, err := psnet.InterfacesWithContext(ctx)
+	if err != nil {
+		return nil, nil
+	}
+	for _, ifc := range ifaces {
+		for _, a := range ifc.Addrs {
+			ip, _, err := net.ParseCIDR(a.Addr)
+			if err != nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
+				continue
+			}
+			if ip.To4() != nil {
+				v4 = append(v4, ip.String())
+			} else {
+				v6 = append(v6, ip.String())
+			}
+		}
+	}
+	slices.Sort(v4)
+	slices.Sort(v6)
+	return v4, v6
+}
+
+// defaultRouteSource is the source address the kernel picks for the
+// default route: a routing-table lookup, no packet is sent.
+func defaultRouteSource(any net.IP) string {
+	r, err := netroute.New()
+	if err != nil {
+		return ""
+	}
+	_, _, src, err := r.Route(any)
+	if err != nil || src == nil || src.IsUnspecified() {
+		return ""
+	}
+	return src.String()
+}
+
+// fqdn is the host name if it is qualified, else the first qualified
+// alias of it in the hosts file. It never asks DNS: facts are collected on
+// every refresh and must not depend on a resolver.
+func fqdn(hostname, hostsFile string) string {
+	if strings.Contains(hostname, ".") {
+		return hostname
+	}
+	b, err := os.ReadFile(hostsFile)
+	if err != nil {
+		return hostname
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(line)
+		if len(fields) < 2 || !slices.Contains(fields[1:], hostname) {
+			continue
+		}
+		for _, name := range fields[1:] {
+			if strings.HasPrefix(name, hostname+".") {
+				return name
+			}
+		}
+	}
+	return hostname
+}
+
+// ParseFact parses a --fact key=value. The value is typed: true/false is a
+// bool, a whole number an int, a decimal number a float, anything else a
+// string.
+func ParseFact(s string) (string, any, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return "", nil, fmt.Errorf("fact %q: want key=value", s)
+	}
+	if !factKeyOK(k) {
+		return "", nil, fmt.Errorf("fact %q: keys are snake_case letters, digits and underscores, starting with a letter", k)
+	}
+	return k, TypedValue(v), nil
+}
+
+// TypedValue types a fact value given as text.
+func TypedValue(v string) any {
+	switch v {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	if i, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return i
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+		return f
+	}
+	return v
+}
+
+func factKeyOK(k string) bool {
+	if len(k) == 0 || len(k) > 64 || !(k[0] >= 'a' && k[0] <= 'z') {
+		return false
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// LoadFactsFile reads user facts from YAML or JSON: a map of fact names to
+// values, nested maps and lists allowed.
+func LoadFactsFile(path string) (Facts, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("facts file: %w", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("facts file %s: %w", path, err)
+	}
+	out := Facts{}
+	for k, v := range raw {
+		if !factKeyOK(k) {
+			return nil, fmt.Errorf("facts file %s: fact %q: keys are snake_case letters, digits and underscores, starting with a letter", path, k)
+		}
+		nv, err := normalize(v)
+		if err != nil {
+			return nil, fmt.Errorf("facts file %s: fact %q: %w", path, k, err)
+		}
+		out[k] = nv
+	}
+	return out, nil
+}
+
+// normalize turns decoded YAML/JSON into the fact value types: int64,
+// float64, bool, string, []any, map[string]any.
+func normalize(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, bool, string, int64, float64:
+		return x, nil
+	case int:
+		return int64(x), nil
+	case uint64:
+		if x > math.MaxInt64 {
+			return float64(x), nil
+		}
+		return int64(x), nil
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i, nil
+		}
+		return x.Float64()
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			n, err := normalize(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = n
+		}
+		return out, nil
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			n, err := normalize(e)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = n
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unsupported value %v (%T)", v, v)
+}
+
+// DecodeJSON decodes facts from JSON (as stored in node records), with
+// whole numbers as int64 so that `facts.cpu_count > 4` compares ints.
+func DecodeJSON(b []byte) (Facts, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var raw map[string]any
+	if err := dec.Decode(&raw); err != nil {
+		return nil, err
+	}
+	out := Facts{}
+	for k, v := range raw {
+		nv, err := normalize(v)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = nv
+	}
+	return out, nil
+}
+
+// Merge returns built-in facts overlaid with user facts (user wins).
+func Merge(builtin, user Facts) Facts {
+	out := make(Facts, len(builtin)+len(user))
+	for k, v := range builtin {
+		out[k] = v
+	}
+	for k, v := range user {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+// Package policy describes hosts with facts and groups them with policies:
+// CEL expressions over the variable `facts` (a map of string to dyn).
+//
+// Collect gathers the built-in facts (gopsutil and os-release), ParseFact
+// and LoadFactsFile add the operator's own. Compile type-checks an
+// expression (a syntax error, an unknown function or a non-bool result is
+// refused with CEL's message); Program.Eval runs it under a cost limit,
+// and a missing fact is "no match", never a crash. Desired is the pure
+// function from (facts, policies) to the tribes a host belongs in.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+)
+
+// CostLimit bounds one evaluation (CEL's abstract cost units): enough for
+// any sensible test over a host's facts, too little for a runaway
+// comprehension.
+const CostLimit = 100000
+
+// MaxExprLen bounds the source of an expression.
+const MaxExprLen = 4096
+
+var (
+	// ErrCompile wraps CEL's message for an expression that is refused.
+	ErrCompile = errors.New("policy: invalid expression")
+	// ErrMissingFact is returned when an expression reads a fact the host
+	// does not have: the policy does not match there.
+	ErrMissingFact = errors.New("policy: missing fact")
+)
+
+var (
+	envOnce sync.Once
+	env     *cel.Env
+	envErr  error
+)
+
+func celEnv() (*cel.Env, error) {
+	envOnce.Do(func() {
+		env, envErr = cel.NewEnv(
+			cel.Variable("facts", cel.MapType(cel.StringType, cel.DynType)),
+			cel.CrossTypeNumericComparisons(true),
+		)
+	})
+	return env, envErr
+}
+
+// Program is a compiled, type-checked policy expression. It is safe for
+// concurrent use.
+type Program struct {
+	Expr string
+	prg  cel.Program
+}
+
+// Compile parses and type-checks expr; the result must be a bool.
+func Compile(expr string) (*Program, error) {
+	if strings.TrimSpace(expr) == "" {
+		return nil, fmt.Errorf("%w: empty expression", ErrCompile)
+	}
+	if len(expr) > MaxExprLen {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrCompile, len(expr), MaxExprLen)
+	}
+	e, err := celEnv()
+	if err != nil {
+		return nil, fmt.Errorf("policy: CEL environment: %w", err)
+	}
+	ast, iss := e.Compile(expr)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("%w: %s", ErrCompile, iss.Err())
+	}
+	// A dyn result (`facts.storage_tier`) may be a bool at run time; Eval
+	// checks it. Anything statically known to be something else is refused.
+	if out := ast.OutputType(); !out.IsExactType(types.BoolType) && !out.IsExactType(types.DynType) {
+		return nil, fmt.Errorf("%w: the expression is a %s, a policy must be a bool", ErrCompile, ast.OutputType())
+	}
+	prg, err := e.Program(ast, cel.CostLimit(CostLimit))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrCompile, err)
+	}
+	return &Program{Expr: expr, prg: prg}, nil
+}
+
+// Eval runs the program on facts. A missing fact gives ErrMissingFact; any
+// other runtime error (a type mismatch, the cost limit) is returned too.
+// Either way the policy does not match.
+func (p *Program) Eval(facts Facts) (bool, error) {
+	out, _, err := p.prg.Eval(map[string]any{"facts": map[string]any(facts)})
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return false, fmt.Errorf("%w: %v", ErrMissingFact, err)
+		}
+		return false, fmt.Errorf("policy: %v", err)
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("policy: the expression gave %v (%s), not a bool", out.Value(), out.Type().TypeName())
+	}
+	return b, nil
+}
+
+// Policy names a tribe that hosts matching Expr belong in.
+type Policy struct {
+	Name    string `json:"-"`
+	Tribe   string `json:"tribe"`
+	Expr    string `json:"expr"`
+	program *Program
+}
+
+// WithProgram compiles p's expression.
+func (p Policy) WithProgram() (Policy, error) {
+	prg, err := Compile(p.Expr)
+	if err != nil {
+		return p, err
+	}
+	p.program = prg
+	return p, nil
+}
+
+// Outcome is one policy's verdict on one host.
+type Outcome struct {
+	Policy string
+	Tribe  string
+	Match  bool
+	Err    error // why it could not be evaluated (then Match is false)
+}
+
+// Evaluate runs every policy on facts, in policy order. A policy whose
+// expression does not compile is reported, not run.
+func Evaluate(facts Facts, policies []Policy) []Outcome {
+	out := make([]Outcome, 0, len(policies))
+	for _, p := range policies {
+		o := Outcome{Policy: p.Name, Tribe: p.Tribe}
+		prg := p.program
+		if prg == nil {
+			var err error
+			if prg, err = Compile(p.Expr); err != nil {
+				o.Err = err
+				out = append(out, o)
+				continue
+			}
+		}
+		o.Match, o.Err = prg.Eval(facts)
+		out = append(out, o)
+	}
+	return out
+}
+
+// Desired maps each tribe a host with facts belongs in by policy to the
+// names of the policies that put it there, sorted. Pure.
+func Desired(facts Facts, policies []Policy) map[string][]string {
+	out := map[string][]string{}
+	for _, o := range Evaluate(facts, policies) {
+		if o.Match {
+			out[o.Tribe] = append(out[o.Tribe], o.Policy)
+		}
+	}
+	for _, names := range out {
+		slices.Sort(names)
+	}
+	return out
+}

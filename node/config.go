@@ -10,6 +10,8 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/policy"
 )
 
 // Config is the agent's configuration. Build it with DefaultConfig, change
@@ -67,6 +69,16 @@ type Config struct {
 	PresenceInterval time.Duration
 	// StateNoSync skips fsync in the state store. Only for simulations.
 	StateNoSync bool
+	// Facts are the operator's own facts (--fact), over the facts file's
+	// and the built-in ones.
+	Facts policy.Facts
+	// FactsFile is a YAML or JSON file of user facts, read at start and on
+	// every refresh.
+	FactsFile string
+	// FactsInterval is how often facts are collected again (also on
+	// SIGHUP); a change updates the node's record and its policy
+	// memberships.
+	FactsInterval time.Duration
 }
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.
@@ -88,6 +100,7 @@ func DefaultConfig() Config {
 		MaxRemembered:     256,
 		SyncInterval:      30 * time.Second,
 		PresenceInterval:  10 * time.Second,
+		FactsInterval:     5 * time.Minute,
 	}
 }
 
@@ -138,6 +151,7 @@ func (c Config) Validate() error {
 		"minimum backoff":    c.BackoffMin,
 		"sync interval":      c.SyncInterval,
 		"presence interval":  c.PresenceInterval,
+		"facts interval":     c.FactsInterval,
 	} {
 		if d <= 0 {
 			bad("%s must be positive, not %v", name, d)

@@ -21,6 +21,7 @@ type FileConfig struct {
 	MDNS        *bool    `yaml:"mdns"`
 	SwarmKey    *string  `yaml:"swarm_key"`
 	Trusted     []string `yaml:"trusted"`
+	FactsFile   *string  `yaml:"facts_file"`
 	TargetPeers *int     `yaml:"target_peers"`
 }
 
@@ -42,6 +43,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	set(&cfg.MDNS, f.MDNS)
 	set(&cfg.SwarmKeyFile, f.SwarmKey)
 	set(&cfg.TargetPeers, f.TargetPeers)
+	set(&cfg.FactsFile, f.FactsFile)
 	if f.Listen != nil {
 		cfg.ListenAddrs = f.Listen
 	}

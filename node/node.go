@@ -43,6 +43,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/keys"
+	"github.com/tribeagent/tribe/policy"
 )
 
 // Version is the agent's version, set at build time with
@@ -63,6 +64,9 @@ type Deps struct {
 	Rand *rand.Rand
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Facts collects the built-in facts; nil means policy.Collect. The
+	// simulator gives each node made-up facts.
+	Facts func(context.Context) (policy.Facts, error)
 }
 
 // Node is a running tribe agent. Its methods are safe for concurrent use.
@@ -92,6 +96,12 @@ type Node struct {
 	presence presence
 	badHello atomic.Int64
 
+	collectFacts func(context.Context) (policy.Facts, error)
+	facts        factsState
+	progMu       sync.Mutex
+	progs        map[string]cachedProgram // compiled policies by expression
+	reconcileCh  chan struct{}
+
 	started   time.Time
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -111,7 +121,11 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 			cfg.Name = "tribe"
 		}
 	}
-	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook()}
+	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(),
+		collectFacts: deps.Facts, progs: map[string]cachedProgram{}, reconcileCh: make(chan struct{}, 1)}
+	if n.collectFacts == nil {
+		n.collectFacts = policy.Collect
+	}
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -245,6 +259,11 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startPresence(n.pubsub, n.key); err != nil {
 		return err
 	}
+	facts, err := n.gatherFacts(ctx)
+	if err != nil {
+		return fmt.Errorf("node: facts: %w", err)
+	}
+	n.facts.set(facts)
 	if err := n.publishSelf(ctx); err != nil {
 		return fmt.Errorf("node: write own record: %w", err)
 	}
@@ -275,6 +294,8 @@ func (n *Node) Start(ctx context.Context) error {
 	n.spawn(n.discoveryLoop)
 	n.spawn(n.saveLoop)
 	n.spawn(n.recordLoop)
+	n.spawn(n.factsLoop)
+	n.spawn(n.reconcileLoop)
 	n.log.Info("node started", "id", n.host.ID(), "addrs", n.host.Addrs(), "cluster", n.cfg.Cluster, "mdns", n.cfg.MDNS, "private", n.private)
 	return nil
 }

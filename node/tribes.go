@@ -18,9 +18,10 @@ import (
 
 // nodeRecord is nodes/<peer>: what a node says of itself.
 type nodeRecord struct {
-	Name    string   `json:"name"`
-	Addrs   []string `json:"addrs"`
-	Version string   `json:"version"`
+	Name    string          `json:"name"`
+	Addrs   []string        `json:"addrs"`
+	Version string          `json:"version"`
+	Facts   json.RawMessage `json:"facts,omitempty"`
 }
 
 // tribeRecord is tribes/<t>: an explicitly created tribe.
@@ -47,7 +48,11 @@ var (
 
 // publishSelf writes this node's record if it differs from the stored one.
 func (n *Node) publishSelf(ctx context.Context) error {
-	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version}
+	facts, err := json.Marshal(n.facts.get())
+	if err != nil {
+		return fmt.Errorf("node: encode facts: %w", err)
+	}
+	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: facts}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -77,10 +82,18 @@ func (n *Node) nodeRecords() map[peer.ID]nodeRecord {
 	return out
 }
 
-// Nodes implements api.Agent.
-func (n *Node) Nodes(ctx context.Context) ([]api.Node, error) {
-	var out []api.Node
+// Nodes implements api.Agent: the fleet, optionally filtered by a CEL
+// expression over each node's facts.
+func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
+	match, err := n.nodeMatches(where)
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Node{}
 	for id, rec := range n.nodeRecords() {
+		if !match(id) {
+			continue
+		}
 		l := n.liveness(id)
 		out = append(out, api.Node{ID: id.String(), Name: rec.Name, Addrs: rec.Addrs, Version: rec.Version,
 			Alive: l == Alive, Liveness: l, Self: id == n.host.ID()})
@@ -164,6 +177,10 @@ func (n *Node) tribes() map[string]*tribeView {
 			v := get(segs[1])
 			v.plugins = append(v.plugins, segs[3])
 		}
+	}
+	for _, p := range n.policies() {
+		v := get(p.Tribe)
+		v.policies = append(v.policies, p.Name)
 	}
 	return out
 }

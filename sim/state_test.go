@@ -70,7 +70,7 @@ func TestFiftyNodesConvergeOnATribe(t *testing.T) {
 func allKnowNodes(s *Sim, n int) bool {
 	for i := range s.Len() {
 		if nd := s.Node(i); nd != nil {
-			nodes, _ := nd.Nodes(context.Background())
+			nodes, _ := nd.Nodes(context.Background(), "")
 			if len(nodes) != n {
 				return false
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tribeagent/tribe/node"
+	"github.com/tribeagent/tribe/policy"
 )
 
 func agentCommand() *cli.Command {
@@ -32,8 +33,8 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
 			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, target_peers"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
-			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable (not yet supported: arrives with facts and policies)"},
-			&cli.StringFlag{Name: "facts-file", Usage: "file of user facts (not yet supported: arrives with facts and policies)"},
+			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
+			&cli.StringFlag{Name: "facts-file", Usage: "YAML or JSON file of user facts (nested values allowed), read again on SIGHUP"},
 			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer of tribe state, repeatable; none means every peer that can connect is trusted"},
 		},
 		Action: runAgent,
@@ -43,11 +44,6 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 func runAgent(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
-	}
-	for _, f := range []string{"fact", "facts-file"} {
-		if c.IsSet(f) {
-			return fmt.Errorf("--%s is not yet supported by this version", f)
-		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
@@ -69,7 +65,25 @@ func runAgent(c *cli.Context) error {
 		<-sigs
 		cancel()
 	}()
-	return node.Run(ctx, cfg, log, nil)
+	// SIGHUP collects the facts again (and re-reads the facts file).
+	return node.Run(ctx, cfg, log, func(n *node.Node) {
+		hups := make(chan os.Signal, 1)
+		signal.Notify(hups, syscall.SIGHUP)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hups:
+					if err := n.RefreshFacts(ctx); err != nil {
+						log.Warn("refreshing facts on SIGHUP", "err", err)
+					} else {
+						log.Info("facts refreshed on SIGHUP")
+					}
+				}
+			}
+		}()
+	})
 }
 
 // agentConfig builds the node config: defaults, then the config file, then
@@ -96,6 +110,19 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.Bool("no-mdns") {
 		cfg.MDNS = false
+	}
+	if c.IsSet("fact") {
+		cfg.Facts = policy.Facts{}
+		for _, f := range c.StringSlice("fact") {
+			k, v, err := policy.ParseFact(f)
+			if err != nil {
+				return cfg, usageError{fmt.Errorf("--fact: %w", err)}
+			}
+			cfg.Facts[k] = v
+		}
+	}
+	if c.IsSet("facts-file") {
+		cfg.FactsFile = c.String("facts-file")
 	}
 	if c.IsSet("trusted") {
 		cfg.Trusted = c.StringSlice("trusted")

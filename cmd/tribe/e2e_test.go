@@ -95,7 +95,8 @@ func TestCLIErrors(t *testing.T) {
 		{"bad listen", []string{"agent", "--data-dir", empty, "--listen", "nonsense"}, 2, "listen address"},
 		{"quic with swarm key", []string{"agent", "--data-dir", empty, "--swarm-key", "k", "--listen", "/ip4/127.0.0.1/udp/0/quic-v1"}, 2, "QUIC cannot use a swarm key"},
 		{"bad log level", []string{"agent", "--data-dir", empty, "--log-level", "loud"}, 2, "--log-level"},
-		{"fact not yet", []string{"agent", "--data-dir", empty, "--fact", "a=b"}, 1, "--fact is not yet supported"},
+		{"bad fact", []string{"agent", "--data-dir", empty, "--fact", "Bad-Key=1"}, 2, "--fact"},
+		{"policy without tribe", []string{"policy", "create", "p", "true"}, 2, "tribe"},
 		{"missing config", []string{"agent", "--data-dir", empty, "--config", filepath.Join(empty, "nope.yaml")}, 1, "config file"},
 		{"sim bad scenario", []string{"sim", "--scenario", "nope"}, 2, "--scenario"},
 	}

@@ -41,7 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fmt.Fprintf(stderr, "tribe: %s\n", strings.TrimPrefix(err.Error(), "api: "))
-	if errors.As(err, new(usageError)) {
+	// urfave/cli reports a missing required flag with an unexported type.
+	if errors.As(err, new(usageError)) || strings.HasPrefix(err.Error(), "Required flag") {
 		return 2
 	}
 	return 1
@@ -72,11 +73,16 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	onUsage := func(c *cli.Context, err error, _ bool) error { return usageError{err} }
 	cmds := []*cli.Command{agentCommand(), statusCommand(), peersCommand(), nodesCommand()}
 	cmds = append(cmds, tribeCommands()...)
-	cmds = append(cmds, simCommand())
-	for _, c := range cmds {
-		c.Flags = append(c.Flags, commonFlags()...)
-		c.OnUsageError = onUsage
+	cmds = append(cmds, factsCommand(), policyCommand(), simCommand())
+	var prepare func(cs []*cli.Command)
+	prepare = func(cs []*cli.Command) {
+		for _, c := range cs {
+			c.Flags = append(c.Flags, commonFlags()...)
+			c.OnUsageError = onUsage
+			prepare(c.Subcommands)
+		}
 	}
+	prepare(cmds)
 	return &cli.App{
 		Name:                      "tribe",
 		Usage:                     "a masterless fleet agent: peers that find each other, group themselves into tribes by policy, and call plugins on each other",
@@ -129,6 +135,13 @@ func interspersed(app *cli.App, args []string) []string {
 	cmd := app.Command(args[i])
 	if cmd == nil {
 		return args
+	}
+	for len(cmd.Subcommands) > 0 && i+1 < len(args) {
+		sub := cmd.Command(args[i+1])
+		if sub == nil {
+			break
+		}
+		cmd, i = sub, i+1
 	}
 	var flags, positional []string
 	rest := args[i+1:]

@@ -14,11 +14,14 @@ func nodesCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "nodes",
 		Usage: "list the fleet's nodes from the replicated state, with liveness",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "where", Usage: "only nodes whose facts match this CEL expression, e.g. 'facts.cpu_count >= 8'"},
+		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			nodes, err := client(c).Nodes(c.Context)
+			nodes, err := client(c).Nodes(c.Context, c.String("where"))
 			if err != nil {
 				return err
 			}

@@ -50,11 +50,47 @@ func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
 	return p, err
 }
 
-// Nodes returns the fleet's nodes from the replicated state.
-func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+// Nodes returns the fleet's nodes from the replicated state, filtered by
+// a CEL expression over their facts when where is not empty.
+func (c *Client) Nodes(ctx context.Context, where string) ([]Node, error) {
 	var n []Node
-	err := c.do(ctx, http.MethodGet, "/v1/nodes", nil, &n)
+	err := c.do(ctx, http.MethodGet, "/v1/nodes?where="+url.QueryEscape(where), nil, &n)
 	return n, err
+}
+
+// Facts returns a node's facts (the local node's when node is empty).
+func (c *Client) Facts(ctx context.Context, node string) (map[string]any, error) {
+	var f map[string]any
+	err := c.do(ctx, http.MethodGet, "/v1/facts?node="+url.QueryEscape(node), nil, &f)
+	return f, err
+}
+
+// CreatePolicy creates or replaces a policy.
+func (c *Client) CreatePolicy(ctx context.Context, name, tribe, expr string) (Policy, error) {
+	var p Policy
+	err := c.do(ctx, http.MethodPut, "/v1/policies/"+url.PathEscape(name), Policy{Tribe: tribe, Expr: expr}, &p)
+	return p, err
+}
+
+// Policies lists the policies.
+func (c *Client) Policies(ctx context.Context) ([]Policy, error) {
+	var p []Policy
+	err := c.do(ctx, http.MethodGet, "/v1/policies", nil, &p)
+	return p, err
+}
+
+// DeletePolicy deletes a policy.
+func (c *Client) DeletePolicy(ctx context.Context, name string) (Policy, error) {
+	var p Policy
+	err := c.do(ctx, http.MethodDelete, "/v1/policies/"+url.PathEscape(name), nil, &p)
+	return p, err
+}
+
+// TestPolicy evaluates expr on every node's facts.
+func (c *Client) TestPolicy(ctx context.Context, expr string) ([]Match, error) {
+	var m []Match
+	err := c.do(ctx, http.MethodPost, "/v1/policies/test", ExprRequest{Expr: expr}, &m)
+	return m, err
 }
 
 // Tribes lists the tribes.

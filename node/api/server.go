@@ -91,7 +91,30 @@ func Handler(agent Agent) http.Handler {
 		return agent.Peers(r.Context())
 	}))
 	mux.Handle("GET /v1/nodes", endpoint(func(r *http.Request) (any, error) {
-		return agent.Nodes(r.Context())
+		return agent.Nodes(r.Context(), r.URL.Query().Get("where"))
+	}))
+	mux.Handle("GET /v1/facts", endpoint(func(r *http.Request) (any, error) {
+		return agent.Facts(r.Context(), r.URL.Query().Get("node"))
+	}))
+	mux.Handle("GET /v1/policies", endpoint(func(r *http.Request) (any, error) {
+		return agent.Policies(r.Context())
+	}))
+	mux.Handle("PUT /v1/policies/{name}", endpoint(func(r *http.Request) (any, error) {
+		var p Policy
+		if err := decode(r, &p); err != nil {
+			return nil, err
+		}
+		return agent.CreatePolicy(r.Context(), r.PathValue("name"), p.Tribe, p.Expr)
+	}))
+	mux.Handle("DELETE /v1/policies/{name}", endpoint(func(r *http.Request) (any, error) {
+		return agent.DeletePolicy(r.Context(), r.PathValue("name"))
+	}))
+	mux.Handle("POST /v1/policies/test", endpoint(func(r *http.Request) (any, error) {
+		var req ExprRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.TestPolicy(r.Context(), req.Expr)
 	}))
 	mux.Handle("GET /v1/tribes", endpoint(func(r *http.Request) (any, error) {
 		return agent.Tribes(r.Context())

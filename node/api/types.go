@@ -21,13 +21,38 @@ const SocketName = "tribe.sock"
 type Agent interface {
 	Status(ctx context.Context) (Status, error)
 	Peers(ctx context.Context) ([]Peer, error)
-	Nodes(ctx context.Context) ([]Node, error)
+	Nodes(ctx context.Context, where string) ([]Node, error)
+	Facts(ctx context.Context, node string) (map[string]any, error)
 	Tribes(ctx context.Context) ([]TribeSummary, error)
 	Tribe(ctx context.Context, name string) (Tribe, error)
 	CreateTribe(ctx context.Context, name string) (Tribe, error)
 	DeleteTribe(ctx context.Context, name string) (Tribe, error)
 	Join(ctx context.Context, tribe string, nodes []string) ([]Member, error)
 	Leave(ctx context.Context, tribe string, nodes []string) ([]Member, error)
+	CreatePolicy(ctx context.Context, name, tribe, expr string) (Policy, error)
+	Policies(ctx context.Context) ([]Policy, error)
+	DeletePolicy(ctx context.Context, name string) (Policy, error)
+	TestPolicy(ctx context.Context, expr string) ([]Match, error)
+}
+
+// Policy puts the nodes whose facts match Expr (CEL over `facts`) in Tribe.
+type Policy struct {
+	Name  string `json:"name"`
+	Tribe string `json:"tribe"`
+	Expr  string `json:"expr"`
+}
+
+// Match is one node's verdict in `tribe policy test`.
+type Match struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Match bool   `json:"match"`
+	Error string `json:"error,omitempty"` // why it could not be evaluated there
+}
+
+// ExprRequest carries a CEL expression.
+type ExprRequest struct {
+	Expr string `json:"expr"`
 }
 
 // Status describes the local agent.

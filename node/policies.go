@@ -1,0 +1,305 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/policy"
+)
+
+const policiesPrefix = "policies/"
+
+// ErrUnknownPolicy is returned for a policy name that does not exist.
+var ErrUnknownPolicy = errors.New("unknown policy")
+
+// factsState is the node's current facts.
+type factsState struct {
+	mu    sync.Mutex
+	facts policy.Facts
+}
+
+func (f *factsState) get() policy.Facts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.facts
+}
+
+// set replaces the facts and reports whether they changed.
+func (f *factsState) set(facts policy.Facts) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	changed := !reflect.DeepEqual(f.facts, facts)
+	f.facts = facts
+	return changed
+}
+
+// gatherFacts collects the built-in facts and overlays the user's: the
+// facts file, then --fact flags.
+func (n *Node) gatherFacts(ctx context.Context) (policy.Facts, error) {
+	builtin, err := n.collectFacts(ctx)
+	if err != nil {
+		n.log.Warn("some built-in facts could not be read", "err", err)
+	}
+	user := policy.Facts{}
+	if n.cfg.FactsFile != "" {
+		fileFacts, err := policy.LoadFactsFile(n.cfg.FactsFile)
+		if err != nil {
+			return nil, err
+		}
+		user = policy.Merge(user, fileFacts)
+	}
+	user = policy.Merge(user, n.cfg.Facts)
+	return policy.Merge(builtin, user), nil
+}
+
+// RefreshFacts collects the facts again (the agent does it every
+// FactsInterval and on SIGHUP); a change updates the node's record and
+// re-evaluates the policies.
+func (n *Node) RefreshFacts(ctx context.Context) error {
+	facts, err := n.gatherFacts(ctx)
+	if err != nil {
+		return err
+	}
+	if n.facts.set(facts) {
+		n.log.Info("facts changed")
+		if err := n.publishSelf(ctx); err != nil {
+			return err
+		}
+		n.triggerReconcile()
+	}
+	return nil
+}
+
+func (n *Node) factsLoop() {
+	for n.sleep(n.cfg.FactsInterval) {
+		if err := n.RefreshFacts(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("refreshing facts", "err", err)
+		}
+	}
+}
+
+// policies reads every policy from the state, compiled; those that do not
+// compile here are returned with their error (they never match).
+func (n *Node) policies() []policy.Policy {
+	var out []policy.Policy
+	for _, e := range n.replica.Prefix(policiesPrefix) {
+		var p policy.Policy
+		if json.Unmarshal(e.Value, &p) != nil {
+			continue
+		}
+		p.Name = strings.TrimPrefix(e.Key, policiesPrefix)
+		out = append(out, n.compiled(p))
+	}
+	return out
+}
+
+// compiled attaches a cached program to p.
+func (n *Node) compiled(p policy.Policy) policy.Policy {
+	n.progMu.Lock()
+	defer n.progMu.Unlock()
+	if cp, ok := n.progs[p.Expr]; ok {
+		return cp.withName(p)
+	}
+	cp, err := p.WithProgram()
+	if err != nil {
+		return p // Evaluate reports the compile error
+	}
+	if len(n.progs) > 1024 {
+		clear(n.progs)
+	}
+	n.progs[p.Expr] = cachedProgram{cp}
+	return cp
+}
+
+type cachedProgram struct{ p policy.Policy }
+
+func (c cachedProgram) withName(p policy.Policy) policy.Policy {
+	q := c.p
+	q.Name, q.Tribe = p.Name, p.Tribe
+	return q
+}
+
+func (n *Node) triggerReconcile() {
+	select {
+	case n.reconcileCh <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// reconcileLoop keeps this node's policy memberships equal to what the
+// policies say of its facts: on start, on every policy change, on every
+// facts change.
+func (n *Node) reconcileLoop() {
+	cancel := n.replica.Watch(policiesPrefix, func(gossip.Change) { n.triggerReconcile() })
+	defer cancel()
+	n.triggerReconcile()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.reconcileCh:
+		}
+		if err := n.reconcile(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("updating policy memberships", "err", err)
+		}
+	}
+}
+
+// reconcile writes this node's tribes/<t>/members/<self>/policy entries:
+// join where a policy matches, leave where none does any more.
+func (n *Node) reconcile(ctx context.Context) error {
+	desired := policy.Desired(n.facts.get(), n.policies())
+	self := n.host.ID().String()
+	current := map[string][]string{}
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		segs := strings.Split(e.Key, "/")
+		if len(segs) == 5 && segs[2] == "members" && segs[3] == self && segs[4] == "policy" {
+			var rec memberRecord
+			json.Unmarshal(e.Value, &rec)
+			current[segs[1]] = rec.Policies
+		}
+	}
+	var errs []error
+	for _, tribe := range slices.Sorted(maps.Keys(desired)) {
+		names := desired[tribe]
+		if cur, ok := current[tribe]; ok && slices.Equal(cur, names) {
+			continue
+		}
+		b, _ := json.Marshal(memberRecord{Policies: names})
+		if _, err := n.replica.Put(ctx, memberKey(tribe, n.host.ID(), "policy"), b); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n.log.Info("joined tribe by policy", "tribe", tribe, "policies", names)
+	}
+	for tribe := range current {
+		if _, ok := desired[tribe]; ok {
+			continue
+		}
+		if _, err := n.replica.Delete(ctx, memberKey(tribe, n.host.ID(), "policy")); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n.log.Info("left tribe: no policy matches any more", "tribe", tribe)
+	}
+	return errors.Join(errs...)
+}
+
+// CreatePolicy implements api.Agent: the expression is compiled and
+// type-checked here, and nothing is written if it is refused.
+func (n *Node) CreatePolicy(ctx context.Context, name, tribe, expr string) (api.Policy, error) {
+	if !gossip.ValidName(name) {
+		return api.Policy{}, api.BadRequest(fmt.Errorf("policy name %q: use 1 to 63 lower-case letters, digits, '.', '_' or '-'", name))
+	}
+	if err := checkTribeName(tribe); err != nil {
+		return api.Policy{}, err
+	}
+	if _, err := policy.Compile(expr); err != nil {
+		return api.Policy{}, api.BadRequest(err)
+	}
+	b, _ := json.Marshal(policy.Policy{Tribe: tribe, Expr: expr})
+	if _, err := n.replica.Put(ctx, policiesPrefix+name, b); err != nil {
+		return api.Policy{}, writeErr(err)
+	}
+	return api.Policy{Name: name, Tribe: tribe, Expr: expr}, nil
+}
+
+// Policies implements api.Agent.
+func (n *Node) Policies(ctx context.Context) ([]api.Policy, error) {
+	out := []api.Policy{}
+	for _, p := range n.policies() {
+		out = append(out, api.Policy{Name: p.Name, Tribe: p.Tribe, Expr: p.Expr})
+	}
+	return out, nil
+}
+
+// DeletePolicy implements api.Agent. Nodes leave the tribe as they notice.
+func (n *Node) DeletePolicy(ctx context.Context, name string) (api.Policy, error) {
+	e, ok := n.replica.Get(policiesPrefix + name)
+	if !ok {
+		return api.Policy{}, api.NotFound(fmt.Errorf("%w %q (see `tribe policy list`)", ErrUnknownPolicy, name))
+	}
+	var p policy.Policy
+	json.Unmarshal(e.Value, &p)
+	if _, err := n.replica.Delete(ctx, policiesPrefix+name); err != nil {
+		return api.Policy{}, writeErr(err)
+	}
+	return api.Policy{Name: name, Tribe: p.Tribe, Expr: p.Expr}, nil
+}
+
+// TestPolicy implements api.Agent: which nodes of the fleet match expr now,
+// by their replicated facts, and why each that errs does.
+func (n *Node) TestPolicy(ctx context.Context, expr string) ([]api.Match, error) {
+	prg, err := policy.Compile(expr)
+	if err != nil {
+		return nil, api.BadRequest(err)
+	}
+	out := []api.Match{}
+	for id, rec := range n.nodeRecords() {
+		ok, err := prg.Eval(rec.facts())
+		m := api.Match{ID: id.String(), Name: rec.Name, Match: ok}
+		if err != nil {
+			m.Error = err.Error()
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b api.Match) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
+	return out, nil
+}
+
+// Facts implements api.Agent: a node's facts from the replicated state
+// (this node's when node is empty).
+func (n *Node) Facts(ctx context.Context, node string) (map[string]any, error) {
+	id := n.host.ID()
+	if node != "" {
+		ids, err := n.resolve([]string{node})
+		if err != nil {
+			return nil, err
+		}
+		id = ids[0]
+	}
+	rec, ok := n.nodeRecords()[id]
+	if !ok {
+		return nil, api.NotFound(fmt.Errorf("%w %s", ErrUnknownNode, id))
+	}
+	return rec.facts(), nil
+}
+
+// facts decodes a record's facts with whole numbers as ints.
+func (r nodeRecord) facts() policy.Facts {
+	if len(r.Facts) == 0 {
+		return policy.Facts{}
+	}
+	f, err := policy.DecodeJSON(r.Facts)
+	if err != nil {
+		return policy.Facts{}
+	}
+	return f
+}
+
+// nodeMatches filters node IDs by a CEL expression over their facts.
+func (n *Node) nodeMatches(where string) (func(peer.ID) bool, error) {
+	if where == "" {
+		return func(peer.ID) bool { return true }, nil
+	}
+	prg, err := policy.Compile(where)
+	if err != nil {
+		return nil, api.BadRequest(err)
+	}
+	recs := n.nodeRecords()
+	return func(id peer.ID) bool {
+		ok, _ := prg.Eval(recs[id].facts())
+		return ok
+	}, nil
+}

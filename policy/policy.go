@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
 )
 
@@ -80,11 +81,34 @@ func Compile(expr string) (*Program, error) {
 	if out := ast.OutputType(); !out.IsExactType(types.BoolType) && !out.IsExactType(types.DynType) {
 		return nil, fmt.Errorf("%w: the expression is a %s, a policy must be a bool", ErrCompile, ast.OutputType())
 	}
-	prg, err := e.Program(ast, cel.CostLimit(CostLimit))
+	// Where CEL can prove the cost stays under the limit for any facts a
+	// node can hold, the limit cannot trip and its run-time tracking (which
+	// makes evaluation several times slower) is left out.
+	var opts []cel.ProgramOption
+	if est, err := e.EstimateCost(ast, factsSizes{}); err != nil || est.Max > CostLimit {
+		opts = append(opts, cel.CostLimit(CostLimit))
+	}
+	prg, err := e.Program(ast, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrCompile, err)
 	}
 	return &Program{Expr: expr, prg: prg}, nil
+}
+
+// maxFactsSize bounds the size of any list, map or string among a node's
+// facts: they travel in the node's record, whose value is at most
+// gossip.MaxValueLen (64 KiB) bytes.
+const maxFactsSize = 64 << 10
+
+// factsSizes tells CEL's cost estimator that bound.
+type factsSizes struct{}
+
+func (factsSizes) EstimateSize(checker.AstNode) *checker.SizeEstimate {
+	return &checker.SizeEstimate{Min: 0, Max: maxFactsSize}
+}
+
+func (factsSizes) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
 }
 
 // Eval runs the program on facts. A missing fact gives ErrMissingFact; any

@@ -34,6 +34,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/tribeagent/tribe/node"
+	"github.com/tribeagent/tribe/policy"
 )
 
 // Config describes a simulated cluster.
@@ -55,6 +56,10 @@ type Config struct {
 	// Trusted are the indices of the nodes every node trusts as writers;
 	// empty means every node is trusted (an open trust list).
 	Trusted []int
+	// Facts, if set, gives node i's built-in facts (each restart calls it
+	// again). Nil gives every node just {hostname, sim_index}: collecting
+	// the real host's facts hundreds of times would be slow and identical.
+	Facts func(i int) policy.Facts
 	// Tune, if set, adjusts node i's config before it is built.
 	Tune func(i int, cfg *node.Config)
 }
@@ -168,6 +173,14 @@ func (s *Sim) newMember(i int, rng *rand.Rand) (*member, error) {
 		return nil, fmt.Errorf("sim: add peer: %w", err)
 	}
 	cfg := NodeConfig()
+	// Every node verifies every node's presence messages and pulls state
+	// every SyncInterval: N² work a second, which one process on a laptop
+	// cannot do for hundreds of nodes at the agent's rates. Stretch both
+	// with N so the whole simulation does about ten of each a second, and
+	// DHT lookups for more peers about fifty.
+	cfg.PresenceInterval = max(cfg.PresenceInterval, time.Duration(s.cfg.Nodes)*100*time.Millisecond)
+	cfg.SyncInterval = max(cfg.SyncInterval, time.Duration(s.cfg.Nodes)*100*time.Millisecond)
+	cfg.DiscoveryInterval = max(cfg.DiscoveryInterval, time.Duration(s.cfg.Nodes)*20*time.Millisecond)
 	cfg.Name = fmt.Sprintf("n%d", i)
 	cfg.DataDir = filepath.Join(s.dir, cfg.Name)
 	if s.cfg.Tune != nil {
@@ -216,6 +229,12 @@ func (s *Sim) boot(ctx context.Context, i int) error {
 		Host:   s.mn.Host(m.id),
 		Logger: s.log.With("sim_node", i),
 		Rand:   rand.New(rand.NewPCG(seed, uint64(i))),
+		Facts: func(context.Context) (policy.Facts, error) {
+			if s.cfg.Facts != nil {
+				return s.cfg.Facts(i), nil
+			}
+			return policy.Facts{"hostname": m.cfg.Name, "sim_index": int64(i)}, nil
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("sim: node %d: %w", i, err)

@@ -24,7 +24,7 @@ func TestParseFactTypes(t *testing.T) {
 		{"zone=eu-west-1", "zone", "eu-west-1"},
 		{"zone=", "zone", ""},
 		{"label=True", "label", "True"}, // only lower-case true/false are bools
-		{"v=1e400", "v", "1e400"},      // overflows a float: kept as text
+		{"v=1e400", "v", "1e400"},       // overflows a float: kept as text
 		{"kv=a=b", "kv", "a=b"},
 	}
 	for _, tc := range cases {

@@ -176,11 +176,9 @@ func (s *Sim) newMember(i int, rng *rand.Rand) (*member, error) {
 	// Every node verifies every node's presence messages and pulls state
 	// every SyncInterval: N² work a second, which one process on a laptop
 	// cannot do for hundreds of nodes at the agent's rates. Stretch both
-	// with N so the whole simulation does about ten of each a second, and
-	// DHT lookups for more peers about fifty.
+	// with N so the whole simulation does about ten of each a second.
 	cfg.PresenceInterval = max(cfg.PresenceInterval, time.Duration(s.cfg.Nodes)*100*time.Millisecond)
 	cfg.SyncInterval = max(cfg.SyncInterval, time.Duration(s.cfg.Nodes)*100*time.Millisecond)
-	cfg.DiscoveryInterval = max(cfg.DiscoveryInterval, time.Duration(s.cfg.Nodes)*20*time.Millisecond)
 	cfg.Name = fmt.Sprintf("n%d", i)
 	cfg.DataDir = filepath.Join(s.dir, cfg.Name)
 	if s.cfg.Tune != nil {

@@ -1,7 +1,8 @@
 // Package node is the tribe agent: the composition root that builds the
 // libp2p host, runs discovery (mDNS, --join peers, a private Kademlia DHT
-// with rendezvous under the cluster name, remembered peers) and serves the
-// local control API.
+// with rendezvous under the cluster name, remembered peers), wires the
+// replicated state (gossip), facts and policies (policy) together, and
+// serves the local control API.
 //
 // Drive it as New (build and validate, no goroutines) then Start (listeners
 // and goroutines) then Close; Run does all three around the control API for
@@ -14,6 +15,9 @@
 //	join.go       --join peers kept connected, with backoff
 //	discovery.go  mDNS, DHT rendezvous, and the loop that keeps TargetPeers
 //	remembered.go peers seen, kept in <data-dir>/peers.json across restarts
+//	liveness.go   presence messages and the alive/suspect/dead rule
+//	tribes.go     node records, tribes and manual membership over the state
+//	policies.go   facts refresh, policies, and this node's policy memberships
 //	agent.go      Run: a node plus the control API (node/api)
 package node
 

@@ -41,7 +41,8 @@ fuzz:
 
 # Speed and memory, as ratios measured side by side in one run.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./gossip ./policy ./sim
+	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./gossip ./policy
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./sim
 
 lint:
 	$(GO) vet ./...

@@ -73,25 +73,54 @@ func benchWriteVsBroadcast(b *testing.B, n int) {
 		b.Fatalf("cluster did not connect: %v", err)
 	}
 
-	// Arrival times, per round, of the write (by watcher) and of the plain
-	// message (by subscriber).
+	// The write's arrival on each node, by watcher.
+	var mu sync.Mutex
+	applied := map[string]int{}
+	allApplied := make(chan string, 16)
+	for i := range n {
+		s.Node(i).Replica().Watch("tribes/bench-", func(c gossip.Change) {
+			mu.Lock()
+			applied[c.Key]++
+			done := applied[c.Key] == n
+			mu.Unlock()
+			if done {
+				allApplied <- c.Key
+			}
+		})
+	}
+	topics, arrivals := plainTopic(b, s, n)
+	defer func() {
+		for _, t := range topics {
+			t.Close()
+		}
+	}()
+	var write, plain time.Duration
+	rounds := 5
+	for r := range rounds {
+		key := fmt.Sprintf("tribes/bench-%d", r)
+		start := time.Now()
+		if _, err := s.Node(0).Replica().Put(ctx, key, make([]byte, 100)); err != nil {
+			b.Fatal(err)
+		}
+		waitID(b, allApplied, key)
+		write += time.Since(start)
+		plain += broadcastOnce(b, topics[0], arrivals, fmt.Sprintf("plain-%010d", r))
+	}
+	b.ReportMetric(float64(write.Milliseconds())/float64(rounds), "write_ms")
+	b.ReportMetric(float64(plain.Milliseconds())/float64(rounds), "broadcast_ms")
+	b.ReportMetric(float64(write)/float64(plain), "write/broadcast_ratio")
+}
+
+// plainTopic joins a plain gossipsub topic on every node, counts the
+// arrivals of each message (by its first 16 bytes) and waits for the mesh.
+func plainTopic(b *testing.B, s *Sim, n int) ([]*pubsub.Topic, chan string) {
+	ctx := context.Background()
 	var mu sync.Mutex
 	arrived := map[string]int{}
-	seenAll := make(chan string, 64)
-	mark := func(id string) {
-		mu.Lock()
-		arrived[id]++
-		done := arrived[id] == n
-		mu.Unlock()
-		if done {
-			seenAll <- id
-		}
-	}
+	all := make(chan string, 16)
 	topics := make([]*pubsub.Topic, n)
 	for i := range n {
-		nd := s.Node(i)
-		nd.Replica().Watch("tribes/bench-", func(c gossip.Change) { mark(c.Key) })
-		t, err := nd.PubSub().Join("bench/plain")
+		t, err := s.Node(i).PubSub().Join("bench/plain")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -106,16 +135,17 @@ func benchWriteVsBroadcast(b *testing.B, n int) {
 				if err != nil {
 					return
 				}
-				mark(string(m.Data[:16]))
+				id := string(m.Data[:16])
+				mu.Lock()
+				arrived[id]++
+				done := arrived[id] == n
+				mu.Unlock()
+				if done {
+					all <- id
+				}
 			}
 		}()
 	}
-	defer func() {
-		for _, t := range topics {
-			t.Close()
-		}
-	}()
-	// Let the plain topic's mesh form (gossipsub heartbeats are 1 s).
 	if _, err := s.WaitFor(ctx, time.Minute, func() bool {
 		for _, t := range topics {
 			if len(t.ListPeers()) == 0 {
@@ -126,42 +156,32 @@ func benchWriteVsBroadcast(b *testing.B, n int) {
 	}); err != nil {
 		b.Fatal("plain topic mesh did not form")
 	}
-	time.Sleep(3 * time.Second) // a few heartbeats to fill the mesh to its degree
+	time.Sleep(3 * time.Second) // a few 1 s heartbeats to fill the mesh to its degree
+	return topics, all
+}
 
-	wait := func(id string) time.Duration {
-		start := time.Now()
-		for {
-			select {
-			case got := <-seenAll:
-				if got == id {
-					return time.Since(start)
-				}
-			case <-time.After(time.Minute):
-				b.Fatalf("%s did not reach all %d nodes", id, n)
+// broadcastOnce publishes a message of about an entry's size (id is its
+// first 16 bytes) and returns the time until every node has it.
+func broadcastOnce(b *testing.B, t *pubsub.Topic, arrivals chan string, id string) time.Duration {
+	msg := append([]byte(id[:16]), make([]byte, 250)...)
+	start := time.Now()
+	if err := t.Publish(context.Background(), msg); err != nil {
+		b.Fatal(err)
+	}
+	waitID(b, arrivals, id[:16])
+	return time.Since(start)
+}
+
+func waitID(b *testing.B, ch chan string, id string) {
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case got := <-ch:
+			if got == id {
+				return
 			}
+		case <-timeout:
+			b.Fatalf("%s did not reach every node", id)
 		}
 	}
-	var write, plain time.Duration
-	rounds := 5
-	for r := range rounds {
-		key := fmt.Sprintf("tribes/bench-%d", r)
-		start := time.Now()
-		if _, err := s.Node(0).Replica().Put(ctx, key, make([]byte, 100)); err != nil {
-			b.Fatal(err)
-		}
-		wait(key)
-		write += time.Since(start)
-
-		id := fmt.Sprintf("plain-%010d", r)
-		msg := append([]byte(id), make([]byte, 250)...) // about an entry's size
-		start = time.Now()
-		if err := topics[0].Publish(ctx, msg); err != nil {
-			b.Fatal(err)
-		}
-		wait(id)
-		plain += time.Since(start)
-	}
-	b.ReportMetric(float64(write.Milliseconds())/float64(rounds), "write_ms")
-	b.ReportMetric(float64(plain.Milliseconds())/float64(rounds), "broadcast_ms")
-	b.ReportMetric(float64(write)/float64(plain), "write/broadcast_ratio")
 }

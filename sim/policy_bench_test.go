@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node"
+	"github.com/tribeagent/tribe/policy"
+)
+
+// BenchmarkPolicyVsBroadcast: the time from `policy create` on node 0 until
+// every matching node's membership is visible on every node (the policy
+// goes out, each matching node evaluates it and writes its membership, the
+// memberships come back), against one plain gossipsub broadcast of the
+// same size on the same cluster, alternated in one run. Target: at most
+// 3x. 300 nodes need TRIBE_BENCH_300=1 (several minutes to connect).
+func BenchmarkPolicyVsBroadcast(b *testing.B) {
+	sizes := []int{100}
+	if os.Getenv("TRIBE_BENCH_300") != "" {
+		sizes = append(sizes, 300)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchPolicyVsBroadcast(b, n) })
+	}
+}
+
+func benchPolicyVsBroadcast(b *testing.B, n int) {
+	ctx := context.Background()
+	facts := randomFacts(9)
+	s, err := New(Config{Nodes: n, Seed: 9, Joins: 3, Latency: 10 * time.Millisecond, Dir: b.TempDir(), Facts: facts,
+		Tune: func(i int, c *node.Config) {
+			c.PresenceInterval = time.Hour
+			c.SyncInterval = time.Hour
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return s.MinPeers() >= 3 }); err != nil {
+		b.Fatalf("cluster did not connect: %v", err)
+	}
+	topics, arrivals := plainTopic(b, s, n)
+	defer func() {
+		for _, t := range topics {
+			t.Close()
+		}
+	}()
+
+	const rounds = 3
+	var viaPolicy, plain time.Duration
+	for r := range rounds {
+		tribe := fmt.Sprintf("bench-%d", r)
+		expr := fmt.Sprintf(`facts.rack == %d`, r)
+		matching := 0
+		for i := range n {
+			if ok, _ := mustCompile(b, expr).Eval(facts(i)); ok {
+				matching++
+			}
+		}
+		// Count, per node, the policy memberships of this tribe it holds.
+		var mu sync.Mutex
+		seen := make([]int, n)
+		complete := 0
+		done := make(chan struct{})
+		prefix := "tribes/" + tribe + "/members/"
+		for i := range n {
+			cancel := s.Node(i).Replica().Watch(prefix, func(c gossip.Change) {
+				if !strings.HasSuffix(c.Key, "/policy") || c.Old != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				seen[i]++
+				if seen[i] == matching {
+					complete++
+					if complete == n {
+						close(done)
+					}
+				}
+			})
+			defer cancel()
+		}
+		start := time.Now()
+		if _, err := s.Node(0).CreatePolicy(ctx, tribe, tribe, expr); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			b.Fatalf("round %d: memberships did not reach every node", r)
+		}
+		viaPolicy += time.Since(start)
+		plain += broadcastOnce(b, topics[0], arrivals, fmt.Sprintf("policy-%06d", r))
+	}
+	b.ReportMetric(float64(viaPolicy.Milliseconds())/rounds, "policy_ms")
+	b.ReportMetric(float64(plain.Milliseconds())/rounds, "broadcast_ms")
+	b.ReportMetric(float64(viaPolicy)/float64(plain), "policy/broadcast_ratio")
+}
+
+func mustCompile(b *testing.B, expr string) *policy.Program {
+	p, err := policy.Compile(expr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}

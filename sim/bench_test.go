@@ -163,12 +163,13 @@ func plainTopic(b *testing.B, s *Sim, n int) ([]*pubsub.Topic, chan string) {
 // broadcastOnce publishes a message of about an entry's size (id is its
 // first 16 bytes) and returns the time until every node has it.
 func broadcastOnce(b *testing.B, t *pubsub.Topic, arrivals chan string, id string) time.Duration {
-	msg := append([]byte(id[:16]), make([]byte, 250)...)
+	id = fmt.Sprintf("%-16.16s", id)
+	msg := append([]byte(id), make([]byte, 250)...)
 	start := time.Now()
 	if err := t.Publish(context.Background(), msg); err != nil {
 		b.Fatal(err)
 	}
-	waitID(b, arrivals, id[:16])
+	waitID(b, arrivals, id)
 	return time.Since(start)
 }
 

@@ -55,23 +55,8 @@ func BenchmarkWriteVsBroadcast(b *testing.B) {
 
 func benchWriteVsBroadcast(b *testing.B, n int) {
 	ctx := context.Background()
-	s, err := New(Config{Nodes: n, Seed: 7, Joins: 3, Latency: 10 * time.Millisecond, Dir: b.TempDir(),
-		Tune: func(i int, c *node.Config) {
-			// Keep the background quiet: a 1,000-node fleet in one process
-			// on two cores cannot afford every node's heartbeats.
-			c.PresenceInterval = time.Hour
-			c.SyncInterval = time.Hour
-		}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := quietCluster(b, Config{Nodes: n, Seed: 7})
 	defer s.Close()
-	if err := s.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return s.MinPeers() >= 3 }); err != nil {
-		b.Fatalf("cluster did not connect: %v", err)
-	}
 
 	// The write's arrival on each node, by watcher.
 	var mu sync.Mutex
@@ -185,4 +170,30 @@ func waitID(b *testing.B, ch chan string, id string) {
 			b.Fatalf("%s did not reach every node", id)
 		}
 	}
+}
+
+// quietCluster starts cfg's nodes on 10 ms links, each joining three
+// earlier ones, with presence and periodic sync turned down (hundreds of
+// nodes on two cores cannot afford every node's heartbeats), and waits
+// until every node has three peers.
+func quietCluster(b *testing.B, cfg Config) *Sim {
+	cfg.Joins, cfg.Latency, cfg.Dir = 3, 10*time.Millisecond, b.TempDir()
+	cfg.Tune = func(i int, c *node.Config) {
+		c.PresenceInterval = time.Hour
+		c.SyncInterval = time.Hour
+	}
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		s.Close()
+		b.Fatal(err)
+	}
+	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return s.MinPeers() >= 3 }); err != nil {
+		s.Close()
+		b.Fatalf("cluster did not connect: %v", err)
+	}
+	return s
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tribeagent/tribe/gossip"
-	"github.com/tribeagent/tribe/node"
 	"github.com/tribeagent/tribe/policy"
 )
 
@@ -33,21 +32,8 @@ func BenchmarkPolicyVsBroadcast(b *testing.B) {
 func benchPolicyVsBroadcast(b *testing.B, n int) {
 	ctx := context.Background()
 	facts := randomFacts(9)
-	s, err := New(Config{Nodes: n, Seed: 9, Joins: 3, Latency: 10 * time.Millisecond, Dir: b.TempDir(), Facts: facts,
-		Tune: func(i int, c *node.Config) {
-			c.PresenceInterval = time.Hour
-			c.SyncInterval = time.Hour
-		}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := quietCluster(b, Config{Nodes: n, Seed: 9, Facts: facts})
 	defer s.Close()
-	if err := s.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return s.MinPeers() >= 3 }); err != nil {
-		b.Fatalf("cluster did not connect: %v", err)
-	}
 	topics, arrivals := plainTopic(b, s, n)
 	defer func() {
 		for _, t := range topics {

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/libp2p/go-libp2p/core/peer"
-
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/policy"
@@ -288,18 +286,17 @@ func (r nodeRecord) facts() policy.Facts {
 	return f
 }
 
-// nodeMatches filters node IDs by a CEL expression over their facts.
-func (n *Node) nodeMatches(where string) (func(peer.ID) bool, error) {
+// nodeMatches filters records by a CEL expression over their facts.
+func nodeMatches(where string) (func(nodeRecord) bool, error) {
 	if where == "" {
-		return func(peer.ID) bool { return true }, nil
+		return func(nodeRecord) bool { return true }, nil
 	}
 	prg, err := policy.Compile(where)
 	if err != nil {
 		return nil, api.BadRequest(err)
 	}
-	recs := n.nodeRecords()
-	return func(id peer.ID) bool {
-		ok, _ := prg.Eval(recs[id].facts())
+	return func(rec nodeRecord) bool {
+		ok, _ := prg.Eval(rec.facts())
 		return ok
 	}, nil
 }

@@ -85,13 +85,13 @@ func (n *Node) nodeRecords() map[peer.ID]nodeRecord {
 // Nodes implements api.Agent: the fleet, optionally filtered by a CEL
 // expression over each node's facts.
 func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
-	match, err := n.nodeMatches(where)
+	match, err := nodeMatches(where)
 	if err != nil {
 		return nil, err
 	}
 	out := []api.Node{}
 	for id, rec := range n.nodeRecords() {
-		if !match(id) {
+		if !match(rec) {
 			continue
 		}
 		l := n.liveness(id)

@@ -67,6 +67,22 @@ func TestFiftyNodesConvergeOnATribe(t *testing.T) {
 	}
 }
 
+// withCore waits until every node knows all n nodes, creates tribe core on
+// node 0 and waits until every node holds the same state.
+func withCore(t *testing.T, s *Sim, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.WaitFor(ctx, time.Minute, func() bool { return allKnowNodes(s, n) }); err != nil {
+		t.Fatalf("not every node knows all %d nodes: %v", n, err)
+	}
+	if _, err := s.Node(0).CreateTribe(ctx, "core"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WaitFor(ctx, time.Minute, s.Converged); err != nil {
+		t.Fatalf("no convergence on tribe core: %v", err)
+	}
+}
+
 func allKnowNodes(s *Sim, n int) bool {
 	for i := range s.Len() {
 		if nd := s.Node(i); nd != nil {
@@ -137,15 +153,7 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 	ctx := context.Background()
 	const n = 10
 	s := start(t, Config{Nodes: n, Seed: 5})
-	if _, err := s.WaitFor(ctx, time.Minute, func() bool { return allKnowNodes(s, n) }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Node(0).CreateTribe(ctx, "core"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WaitFor(ctx, time.Minute, s.Converged); err != nil {
-		t.Fatal(err)
-	}
+	withCore(t, s, n)
 	const victim = 6
 	if err := s.Crash(victim); err != nil {
 		t.Fatal(err)
@@ -180,15 +188,7 @@ func TestBadEntriesAreRejectedCountedAndChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	const n = 8
 	s := start(t, Config{Nodes: n, Seed: 6, Trusted: []int{0}})
-	if _, err := s.WaitFor(ctx, time.Minute, func() bool { return allKnowNodes(s, n) }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Node(0).CreateTribe(ctx, "core"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WaitFor(ctx, time.Minute, s.Converged); err != nil {
-		t.Fatal(err)
-	}
+	withCore(t, s, n)
 	before := s.Node(0).Replica().Hash()
 
 	// The rogue: a host of its own on the mock network, with pubsub.

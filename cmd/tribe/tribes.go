@@ -80,11 +80,7 @@ func tribeCommands() []*cli.Command {
 			Usage:     "show a tribe: members, policies, plugins",
 			ArgsUsage: "TRIBE",
 			Action: func(c *cli.Context) error {
-				name, err := oneArg(c, "the tribe")
-				if err != nil {
-					return err
-				}
-				t, err := client(c).Tribe(c.Context, name)
+				t, err := fetchTribe(c)
 				if err != nil {
 					return err
 				}
@@ -96,11 +92,7 @@ func tribeCommands() []*cli.Command {
 			Usage:     "list a tribe's members, how they joined (via) and whether they are alive",
 			ArgsUsage: "TRIBE",
 			Action: func(c *cli.Context) error {
-				name, err := oneArg(c, "the tribe")
-				if err != nil {
-					return err
-				}
-				t, err := client(c).Tribe(c.Context, name)
+				t, err := fetchTribe(c)
 				if err != nil {
 					return err
 				}
@@ -164,6 +156,15 @@ func tribeCommands() []*cli.Command {
 			},
 		},
 	}
+}
+
+// fetchTribe gets the tribe named by the command's one argument.
+func fetchTribe(c *cli.Context) (api.Tribe, error) {
+	name, err := oneArg(c, "the tribe")
+	if err != nil {
+		return api.Tribe{}, err
+	}
+	return client(c).Tribe(c.Context, name)
 }
 
 type membershipCall func(*api.Client, context.Context, string, []string) ([]api.Member, error)

@@ -1,0 +1,188 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Env is what the built-ins need from the host.
+type Env struct {
+	// Exec is the host's own command table for the exec plugin.
+	Exec ExecConfig
+	// Facts returns the host's current facts (the facts plugin).
+	Facts func(context.Context) (map[string]any, error)
+	// FileDir is where the file plugin writes; a tribe's config names a
+	// file inside it, never a path outside.
+	FileDir string
+}
+
+// Builtins returns a registry of the built-in plugins.
+func Builtins(env Env) *Registry {
+	r := NewRegistry()
+	r.Register("exec", func(cfg map[string]string) (Plugin, error) { return newExec(env.Exec, cfg) })
+	r.Register("sys", func(cfg map[string]string) (Plugin, error) { return newSys(cfg) })
+	r.Register("facts", func(cfg map[string]string) (Plugin, error) {
+		if err := noConfig(cfg); err != nil {
+			return nil, err
+		}
+		if env.Facts == nil {
+			return nil, fmt.Errorf("this host has no facts source")
+		}
+		return factsPlugin{env.Facts}, nil
+	})
+	r.Register("echo", func(cfg map[string]string) (Plugin, error) {
+		if err := noConfig(cfg); err != nil {
+			return nil, err
+		}
+		return echo{}, nil
+	})
+	r.Register("file", func(cfg map[string]string) (Plugin, error) { return newFile(env.FileDir, cfg) })
+	return r
+}
+
+// Version of the built-ins: the agent's, set by the node at start.
+var Version = "0.1.0"
+
+// configKeys refuses keys other than allowed.
+func configKeys(cfg map[string]string, allowed ...string) error {
+	for _, k := range slices.Sorted(maps.Keys(cfg)) {
+		if !slices.Contains(allowed, k) {
+			if len(allowed) == 0 {
+				return fmt.Errorf("unknown config key %q: this plugin takes none (besides concurrency and queue)", k)
+			}
+			return fmt.Errorf("unknown config key %q (known: %s, concurrency, queue)", k, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+func noConfig(cfg map[string]string) error { return configKeys(cfg) }
+
+// decodeArgs decodes a call's arguments strictly.
+func decodeArgs(args json.RawMessage, v any) error {
+	if len(args) == 0 || string(args) == "null" {
+		args = []byte("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(args)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeBadRequest, "arguments: %v", err)
+	}
+	return nil
+}
+
+// echo returns its arguments: for tests and benchmarks of the call path.
+type echo struct{}
+
+func (echo) Name() string      { return "echo" }
+func (echo) Version() string   { return Version }
+func (echo) Kind() Kind        { return Processor }
+func (echo) Methods() []string { return []string{"echo"} }
+func (echo) Call(_ context.Context, _ string, args json.RawMessage) (json.RawMessage, error) {
+	if len(args) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	return args, nil
+}
+
+// factsPlugin returns the host's facts.
+type factsPlugin struct {
+	get func(context.Context) (map[string]any, error)
+}
+
+func (factsPlugin) Name() string      { return "facts" }
+func (factsPlugin) Version() string   { return Version }
+func (factsPlugin) Kind() Kind        { return Collector }
+func (factsPlugin) Methods() []string { return []string{"get"} }
+func (f factsPlugin) Call(ctx context.Context, _ string, args json.RawMessage) (json.RawMessage, error) {
+	var a struct {
+		Names []string `json:"names"` // only these facts; all when empty
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return nil, err
+	}
+	facts, err := f.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(a.Names) > 0 {
+		only := map[string]any{}
+		for _, n := range a.Names {
+			if v, ok := facts[n]; ok {
+				only[n] = v
+			}
+		}
+		facts = only
+	}
+	return json.Marshal(facts)
+}
+
+// file appends what is published to it as JSON lines.
+type file struct {
+	path string
+	mu   sync.Mutex
+}
+
+func newFile(dir string, cfg map[string]string) (*file, error) {
+	if err := configKeys(cfg, "path"); err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, fmt.Errorf("this host has no directory for published files")
+	}
+	name := cfg["path"]
+	if name == "" {
+		name = "published.jsonl"
+	}
+	if filepath.IsAbs(name) || !filepath.IsLocal(name) {
+		return nil, fmt.Errorf("path %q: give a relative path inside the host's file directory (%s)", name, dir)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	return &file{path: path}, nil
+}
+
+func (*file) Name() string      { return "file" }
+func (*file) Version() string   { return Version }
+func (*file) Kind() Kind        { return Publisher }
+func (*file) Methods() []string { return []string{"publish"} }
+
+// Call appends {"time", "data"} as one line and answers with where and how
+// much it wrote.
+func (f *file) Call(_ context.Context, _ string, args json.RawMessage) (json.RawMessage, error) {
+	if len(args) == 0 {
+		return nil, Errorf(CodeBadRequest, "publish: give the data to write as the arguments")
+	}
+	line, err := json.Marshal(struct {
+		Time time.Time       `json:"time"`
+		Data json.RawMessage `json:"data"`
+	}{time.Now().UTC(), args})
+	if err != nil {
+		return nil, Errorf(CodeBadRequest, "publish: %v", err)
+	}
+	line = append(line, '\n')
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(line)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"path": f.path, "bytes": len(line)})
+}

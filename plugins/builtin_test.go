@@ -1,0 +1,199 @@
+package plugins
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func loadBuiltin(t *testing.T, env Env, name string, cfg map[string]string) *Instance {
+	t.Helper()
+	in, err := Builtins(env).Load(name, "t", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func code(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func TestLoadRefusesBadConfig(t *testing.T) {
+	reg := Builtins(Env{FileDir: t.TempDir(), Facts: func(context.Context) (map[string]any, error) { return nil, nil }})
+	for _, c := range []struct {
+		name string
+		cfg  map[string]string
+		want string
+	}{
+		{"nope", nil, "unknown plugin"},
+		{"echo", map[string]string{"color": "red"}, `unknown config key "color"`},
+		{"exec", map[string]string{"timeout": "soon"}, `timeout="soon"`},
+		{"exec", map[string]string{"max_output": "-1"}, `max_output="-1"`},
+		{"file", map[string]string{"path": "../../etc/passwd"}, "relative path inside"},
+		{"file", map[string]string{"path": "/etc/passwd"}, "relative path inside"},
+		{"sys", map[string]string{"paths": "relative"}, "absolute paths"},
+		{"echo", map[string]string{"concurrency": "0"}, "concurrency"},
+		{"echo", map[string]string{"queue": "many"}, "queue"},
+	} {
+		_, err := reg.Load(c.name, "t", c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("load %s %v: err %v, want it to mention %q", c.name, c.cfg, err, c.want)
+		}
+	}
+}
+
+func execEnv() Env {
+	return Env{Exec: ExecConfig{Commands: map[string]Command{
+		"hello":  {Argv: []string{"echo", "hello"}},
+		"fail":   {Argv: []string{"sh", "-c", "echo oops >&2; exit 3"}},
+		"flood":  {Argv: []string{"sh", "-c", "yes | head -c 100000"}, MaxOutput: 1000},
+		"linger": {Argv: []string{"sh", "-c", "sleep 30 & sleep 30"}, Timeout: 200 * time.Millisecond},
+	}}}
+}
+
+func runExec(t *testing.T, in *Instance, args string) (ExecResult, error) {
+	t.Helper()
+	b, err := in.Invoke(context.Background(), "run", json.RawMessage(args))
+	var res ExecResult
+	if b != nil {
+		if jerr := json.Unmarshal(b, &res); jerr != nil {
+			t.Fatal(jerr)
+		}
+	}
+	return res, err
+}
+
+func TestExecRunsOnlyDefinedCommands(t *testing.T) {
+	in := loadBuiltin(t, execEnv(), "exec", nil)
+	res, err := runExec(t, in, `{"command":"hello"}`)
+	if err != nil || res.Stdout != "hello\n" || res.ExitCode != 0 {
+		t.Fatalf("hello: %+v %v", res, err)
+	}
+	if _, err := runExec(t, in, `{"command":"rm-everything"}`); code(err) != CodeBadRequest {
+		t.Fatalf("undefined command: %v", err)
+	}
+	if _, err := runExec(t, in, `{"argv":["id"]}`); code(err) != CodeUnauthorized {
+		t.Fatalf("argv without allow_any: %v", err)
+	}
+	if _, err := runExec(t, in, `{"command":"hello","extra":1}`); code(err) != CodeBadRequest {
+		t.Fatalf("unknown argument: %v", err)
+	}
+	env := execEnv()
+	env.Exec.AllowAny = true
+	res, err = runExec(t, loadBuiltin(t, env, "exec", nil), `{"argv":["echo","any"]}`)
+	if err != nil || res.Stdout != "any\n" {
+		t.Fatalf("argv with allow_any: %+v %v", res, err)
+	}
+}
+
+func TestExecReportsFailureWithOutput(t *testing.T) {
+	in := loadBuiltin(t, execEnv(), "exec", nil)
+	res, err := runExec(t, in, `{"command":"fail"}`)
+	if code(err) != CodeFailed || res.ExitCode != 3 || res.Stderr != "oops\n" {
+		t.Fatalf("got %+v %v; want exit 3 with stderr and a failed error", res, err)
+	}
+	res, err = runExec(t, in, `{"command":"flood"}`)
+	if err != nil || len(res.Stdout) != 1000 || !res.Truncated {
+		t.Fatalf("flood: %d bytes, truncated %v, err %v; want 1000 and truncated", len(res.Stdout), res.Truncated, err)
+	}
+	// The tribe's config lowers the host's cap.
+	res, _ = runExec(t, loadBuiltin(t, execEnv(), "exec", map[string]string{"max_output": "10"}), `{"command":"flood"}`)
+	if len(res.Stdout) != 10 {
+		t.Fatalf("tribe cap: %d bytes, want 10", len(res.Stdout))
+	}
+}
+
+func TestExecTimeoutKillsTheProcessGroup(t *testing.T) {
+	in := loadBuiltin(t, execEnv(), "exec", nil)
+	start := time.Now()
+	_, err := runExec(t, in, `{"command":"linger"}`)
+	if code(err) != CodeTimeout {
+		t.Fatalf("got %v, want timeout", err)
+	}
+	// The background sleep holds stdout open; killing only the shell would
+	// leave Run waiting for it until WaitDelay and beyond.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v: the command's children outlived the timeout", d)
+	}
+}
+
+func TestExecList(t *testing.T) {
+	in := loadBuiltin(t, execEnv(), "exec", nil)
+	b, err := in.Invoke(context.Background(), "list", nil)
+	if err != nil || !strings.Contains(string(b), `"hello":{"argv":["echo","hello"]}`) {
+		t.Fatalf("list: %s %v", b, err)
+	}
+}
+
+func TestFilePublishAppendsLines(t *testing.T) {
+	dir := t.TempDir()
+	in := loadBuiltin(t, Env{FileDir: dir}, "file", map[string]string{"path": "sub/out.jsonl"})
+	for _, d := range []string{`{"a":1}`, `[2]`} {
+		if _, err := in.Invoke(context.Background(), "publish", json.RawMessage(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, "sub/out.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var line struct {
+			Time time.Time       `json:"time"`
+			Data json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil || line.Time.IsZero() {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		got = append(got, string(line.Data))
+	}
+	if strings.Join(got, " ") != `{"a":1} [2]` {
+		t.Fatalf("lines: %v", got)
+	}
+	if _, err := in.Invoke(context.Background(), "publish", nil); code(err) != CodeBadRequest {
+		t.Fatalf("publish nothing: %v", err)
+	}
+}
+
+func TestSysCollect(t *testing.T) {
+	in := loadBuiltin(t, Env{}, "sys", nil)
+	b, err := in.Invoke(context.Background(), "collect", json.RawMessage(`{"sample_ms":50}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m SysMetrics
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.CPU.Count < 1 || m.Memory.Total == 0 || len(m.Disks) != 1 || m.Disks[0].Total == 0 {
+		t.Fatalf("implausible metrics: %s", b)
+	}
+	if _, err := in.Invoke(context.Background(), "collect", json.RawMessage(`{"sample_ms":999999}`)); code(err) != CodeBadRequest {
+		t.Fatalf("huge sample: %v", err)
+	}
+}
+
+func TestFactsGet(t *testing.T) {
+	env := Env{Facts: func(context.Context) (map[string]any, error) {
+		return map[string]any{"os": "linux", "rack": 4}, nil
+	}}
+	in := loadBuiltin(t, env, "facts", nil)
+	b, err := in.Invoke(context.Background(), "get", json.RawMessage(`{"names":["rack"]}`))
+	if err != nil || string(b) != `{"rack":4}` {
+		t.Fatalf("get rack: %s %v", b, err)
+	}
+}

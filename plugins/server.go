@@ -1,0 +1,193 @@
+package plugins
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Authorizer decides who may call what. The node implements it over the
+// replicated state: the plugin must be loaded here in a tribe both sides
+// belong to, or the caller must be a trusted writer. Authorize is called
+// for every request from many goroutines and must not block on the network.
+// It returns the instance to run, or an *Error (unauthorized, not_loaded).
+type Authorizer interface {
+	Authorize(caller peer.ID, req Request) (*Instance, error)
+}
+
+// readTimeout bounds how long a callee waits for the request, and
+// writeTimeout how long it tries to deliver the response.
+const (
+	readTimeout  = 10 * time.Second
+	writeTimeout = 10 * time.Second
+)
+
+// Server is the callee side of /tribe/call/1.0.0.
+type Server struct {
+	host host.Host
+	auth Authorizer
+	log  *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	refused map[Code]int64
+}
+
+// NewServer makes a server; Start registers it on the host.
+func NewServer(h host.Host, auth Authorizer, log *slog.Logger) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel, refused: map[Code]int64{}}
+}
+
+// Start handles the protocol on the host.
+func (s *Server) Start() { s.host.SetStreamHandler(ProtocolID, s.handle) }
+
+// Close stops taking calls, cancels those running and waits for them.
+func (s *Server) Close() error {
+	s.host.RemoveStreamHandler(ProtocolID)
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// Refused counts refused and malformed requests by code.
+func (s *Server) Refused() map[Code]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.refused)
+}
+
+func (s *Server) count(code Code) {
+	s.mu.Lock()
+	s.refused[code]++
+	s.mu.Unlock()
+}
+
+// Serve runs req for caller. The node calls it directly for calls to
+// itself, so they follow the same rules as remote ones.
+func (s *Server) Serve(ctx context.Context, caller peer.ID, req Request) Response {
+	start := time.Now()
+	inst, err := s.auth.Authorize(caller, req)
+	if err != nil {
+		resp := failure(req.ID, err)
+		s.count(resp.Code)
+		s.log.Debug("call refused", "caller", caller, "plugin", req.Plugin, "tribe", req.Tribe, "code", resp.Code, "err", err)
+		return resp
+	}
+	result, err := inst.Invoke(ctx, req.Method, req.Args)
+	resp := Response{ID: req.ID, OK: err == nil, Result: result, Duration: time.Since(start)}
+	if len(result) > 0 && !json.Valid(result) {
+		resp.OK, resp.Result, err = false, nil, Errorf(CodeFailed, "plugin %s returned a result that is not JSON", req.Plugin)
+	}
+	if err == nil {
+		return resp
+	}
+	switch {
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded):
+		resp.Code, resp.Error = CodeTimeout, "timed out after "+req.Timeout().String()+" on the node"
+	case ctx.Err() != nil:
+		resp.Code, resp.Error = CodeCanceled, "canceled: the caller went away"
+	default:
+		f := failure(req.ID, err)
+		resp.Code, resp.Error = f.Code, f.Error
+		if f.Code == CodeBusy || f.Code == CodeUnknownMethod {
+			s.count(f.Code)
+		}
+	}
+	return resp
+}
+
+// handle serves one stream: one request, heartbeats, one response.
+func (s *Server) handle(st network.Stream) {
+	s.wg.Add(1)
+	defer s.wg.Done()
+	caller := st.Conn().RemotePeer()
+	st.SetReadDeadline(time.Now().Add(readTimeout))
+	b, err := readFrame(bufio.NewReader(st), MaxRequestSize)
+	var req Request
+	if err == nil {
+		req, err = DecodeRequest(b)
+	}
+	if err != nil {
+		code := CodeBadRequest
+		if errors.Is(err, ErrFrameTooLarge) {
+			code = CodeTooLarge
+		}
+		s.count(code)
+		s.log.Debug("bad call request", "caller", caller, "err", err)
+		s.reply(st, Response{Code: code, Error: err.Error()})
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+
+	ctx, cancel := context.WithTimeout(s.ctx, req.Timeout())
+	defer cancel()
+	// The caller closed its side after the request: anything but a clean
+	// end of stream (a reset, more bytes) means it gave up.
+	go func() {
+		var one [1]byte
+		if _, err := st.Read(one[:]); err != io.EOF {
+			cancel()
+		}
+	}()
+
+	var wmu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				wmu.Lock()
+				st.SetWriteDeadline(time.Now().Add(writeTimeout))
+				err := writeFrame(st, nil)
+				wmu.Unlock()
+				if err != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	resp := s.Serve(ctx, caller, req)
+	close(done)
+	wmu.Lock()
+	defer wmu.Unlock()
+	s.reply(st, resp)
+}
+
+func (s *Server) reply(st network.Stream, resp Response) {
+	b, err := json.Marshal(resp)
+	if err == nil && len(b) > MaxResponseSize {
+		resp = Response{ID: resp.ID, Code: CodeTooLarge, Duration: resp.Duration,
+			Error: "the result is " + byteSize(len(resp.Result)) + ", over the " + byteSize(MaxResponseSize) + " a response may carry"}
+		b, err = json.Marshal(resp)
+	}
+	if err != nil {
+		s.log.Error("encoding a call response", "err", err)
+		st.Reset()
+		return
+	}
+	st.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := writeFrame(st, b); err != nil {
+		st.Reset()
+		return
+	}
+	st.Close()
+}

@@ -1,0 +1,203 @@
+package plugins
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"time"
+)
+
+// ProtocolID is the remote-call protocol. One stream carries one call: the
+// caller writes a request frame and closes its side; the callee writes
+// zero or more empty heartbeat frames while the call runs, then one
+// response frame, and closes. A caller that gives up resets the stream,
+// which cancels the call on the callee.
+const ProtocolID = "/tribe/call/1.0.0"
+
+// Limits of the protocol.
+const (
+	// MaxRequestSize caps a request frame (arguments included).
+	MaxRequestSize = 1 << 20
+	// MaxResponseSize caps a response frame (result included); a bigger
+	// result is replaced by a too_large error.
+	MaxResponseSize = 4 << 20
+	// DefaultTimeout is a call's budget when the request names none.
+	DefaultTimeout = 30 * time.Second
+	// MaxTimeout caps what a caller may ask for.
+	MaxTimeout = 10 * time.Minute
+	// Heartbeat is how often the callee says "still working" on a long
+	// call; a caller that hears nothing for Silence gives the callee up as
+	// gone (crashed, or its connection silently died).
+	Heartbeat = time.Second
+	Silence   = 6 * time.Second
+)
+
+// heartbeat and silence are Heartbeat and Silence; tests shorten them.
+var (
+	heartbeat = Heartbeat
+	silence   = Silence
+)
+
+// Request is one call, as sent on the wire (JSON in a frame).
+type Request struct {
+	// ID is the caller's name for the call, echoed in the response.
+	ID string `json:"id"`
+	// Tribe is the tribe the call is made in: the plugin's instance for
+	// that tribe answers. Empty (a call to a node by name) means any
+	// tribe both sides share in which the plugin is loaded.
+	Tribe  string          `json:"tribe,omitempty"`
+	Plugin string          `json:"plugin"`
+	Method string          `json:"method"`
+	Args   json.RawMessage `json:"args,omitempty"`
+	// Deadline is how long, in milliseconds from sending, the caller
+	// waits; the callee stops the call when it passes. Zero means
+	// DefaultTimeout; more than MaxTimeout is cut to it.
+	Deadline int64 `json:"deadline"`
+}
+
+// Response is a call's answer. An answer with OK false carries Error and
+// Code, and may still carry a Result (a command's output and exit code).
+type Response struct {
+	ID     string          `json:"id"`
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Code   Code            `json:"code,omitempty"`
+	// Duration is how long the call ran on the callee, in nanoseconds.
+	Duration time.Duration `json:"duration"`
+}
+
+// Code classifies a failed call.
+type Code string
+
+const (
+	CodeBadRequest    Code = "bad_request"    // malformed request
+	CodeTooLarge      Code = "too_large"      // request or result over its size limit
+	CodeUnauthorized  Code = "unauthorized"   // the caller may not call this plugin here
+	CodeNotLoaded     Code = "not_loaded"     // the plugin is not loaded (in that tribe) on the callee
+	CodeUnknownMethod Code = "unknown_method" // the plugin has no such method
+	CodeBusy          Code = "busy"           // the plugin's concurrency limit and queue are full
+	CodeTimeout       Code = "timeout"        // the deadline passed
+	CodeCanceled      Code = "canceled"       // the caller gave up
+	CodeFailed        Code = "failed"         // the plugin returned an error
+	CodeUnreachable   Code = "unreachable"    // the caller could not open a stream
+	CodeGone          Code = "gone"           // the callee went away mid-call
+	CodeBadResponse   Code = "bad_response"   // the callee answered with garbage
+)
+
+// Error is a call failure with its code.
+type Error struct {
+	Code Code
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Errorf makes an *Error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Errors of the framing and decoding.
+var (
+	ErrFrameTooLarge = errors.New("plugins: frame over the size limit")
+	ErrBadRequest    = errors.New("plugins: bad request")
+)
+
+// writeFrame writes one frame: a uvarint length, then the bytes. An empty
+// frame is a heartbeat.
+func writeFrame(w io.Writer, b []byte) error {
+	buf := make([]byte, 0, binary.MaxVarintLen64+len(b))
+	buf = binary.AppendUvarint(buf, uint64(len(b)))
+	_, err := w.Write(append(buf, b...))
+	return err
+}
+
+// readFrame reads one frame of at most max bytes.
+func readFrame(r *bufio.Reader, max int) ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("plugins: frame length: %w", err)
+	}
+	if n > uint64(max) {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, max)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("plugins: frame of %d bytes cut short: %w", n, err)
+	}
+	return b, nil
+}
+
+var (
+	pluginRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	methodRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
+)
+
+// DecodeRequest parses and checks a request frame.
+func DecodeRequest(b []byte) (Request, error) {
+	var req Request
+	if err := json.Unmarshal(b, &req); err != nil {
+		return Request{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if err := req.Check(); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+// Check reports what is wrong with a request.
+func (r Request) Check() error {
+	switch {
+	case len(r.ID) > 64:
+		return fmt.Errorf("%w: id of %d bytes, at most 64", ErrBadRequest, len(r.ID))
+	case !pluginRE.MatchString(r.Plugin):
+		return fmt.Errorf("%w: plugin name %q", ErrBadRequest, r.Plugin)
+	case !methodRE.MatchString(r.Method):
+		return fmt.Errorf("%w: method name %q", ErrBadRequest, r.Method)
+	case r.Tribe != "" && !pluginRE.MatchString(r.Tribe):
+		return fmt.Errorf("%w: tribe name %q", ErrBadRequest, r.Tribe)
+	case r.Deadline < 0:
+		return fmt.Errorf("%w: negative deadline %d", ErrBadRequest, r.Deadline)
+	}
+	return nil
+}
+
+// Timeout is the budget the request asks for, within the limits.
+func (r Request) Timeout() time.Duration {
+	if r.Deadline == 0 {
+		return DefaultTimeout
+	}
+	if r.Deadline > MaxTimeout.Milliseconds() {
+		return MaxTimeout
+	}
+	return time.Duration(r.Deadline) * time.Millisecond
+}
+
+// DecodeResponse parses a response frame.
+func DecodeResponse(b []byte) (Response, error) {
+	var resp Response
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return Response{}, fmt.Errorf("plugins: bad response: %w", err)
+	}
+	if !resp.OK && resp.Error == "" {
+		return Response{}, errors.New("plugins: bad response: not ok and no error")
+	}
+	return resp, nil
+}
+
+// failure makes the response for err.
+func failure(id string, err error) Response {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Code: CodeFailed, Msg: err.Error()}
+	}
+	return Response{ID: id, Error: e.Msg, Code: e.Code}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
 
@@ -79,6 +80,15 @@ type Config struct {
 	// SIGHUP); a change updates the node's record and its policy
 	// memberships.
 	FactsInterval time.Duration
+
+	// Exec is this host's command table for the exec plugin: callers can
+	// run these commands by name and nothing else (unless AllowAny).
+	Exec plugins.ExecConfig
+	// FileDir is where the file plugin writes; empty means
+	// <DataDir>/files.
+	FileDir string
+	// CallParallel bounds how many calls one `tribe call` has in flight.
+	CallParallel int
 }
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.
@@ -101,6 +111,7 @@ func DefaultConfig() Config {
 		SyncInterval:      30 * time.Second,
 		PresenceInterval:  10 * time.Second,
 		FactsInterval:     5 * time.Minute,
+		CallParallel:      64,
 	}
 }
 
@@ -162,6 +173,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRemembered < 0 {
 		bad("max remembered peers must not be negative")
+	}
+	if err := c.Exec.Check(); err != nil {
+		bad("%v", err)
+	}
+	if c.CallParallel < 1 {
+		bad("call parallelism must be at least 1, not %d", c.CallParallel)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("node: invalid config: %w", err)

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tribeagent/tribe/plugins"
 )
 
 // FileConfig is the agent's config file (--config), YAML or JSON. Every
@@ -23,6 +25,11 @@ type FileConfig struct {
 	Trusted     []string `yaml:"trusted"`
 	FactsFile   *string  `yaml:"facts_file"`
 	TargetPeers *int     `yaml:"target_peers"`
+	Exec        *struct {
+		Commands map[string]plugins.Command `yaml:"commands"`
+		AllowAny bool                       `yaml:"allow_any"`
+	} `yaml:"exec"`
+	FileDir *string `yaml:"file_dir"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -53,6 +60,10 @@ func LoadConfigFile(path string, cfg *Config) error {
 	if f.Trusted != nil {
 		cfg.Trusted = f.Trusted
 	}
+	if f.Exec != nil {
+		cfg.Exec = plugins.ExecConfig{Commands: f.Exec.Commands, AllowAny: f.Exec.AllowAny}
+	}
+	set(&cfg.FileDir, f.FileDir)
 	return nil
 }
 

@@ -18,6 +18,7 @@
 //	liveness.go   presence messages and the alive/suspect/dead rule
 //	tribes.go     node records, tribes and manual membership over the state
 //	policies.go   facts refresh, policies, and this node's policy memberships
+//	plugins.go    plugins loaded per tribe, who may call them, tribe call fan-out
 //	agent.go      Run: a node plus the control API (node/api)
 package node
 
@@ -47,12 +48,16 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/keys"
+	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
 
 // Version is the agent's version, set at build time with
 // -ldflags "-X github.com/tribeagent/tribe/node.Version=...".
 var Version = "0.1.0-dev"
+
+// The built-in plugins are part of the agent: they carry its version.
+func init() { plugins.Version = Version }
 
 // Deps are the node's collaborators. Every field is optional.
 type Deps struct {
@@ -71,6 +76,9 @@ type Deps struct {
 	// Facts collects the built-in facts; nil means policy.Collect. The
 	// simulator gives each node made-up facts.
 	Facts func(context.Context) (policy.Facts, error)
+	// Plugins are the plugins this node can load; nil means the built-ins
+	// (plugins.Builtins) over the config's exec table and file dir.
+	Plugins *plugins.Registry
 }
 
 // Node is a running tribe agent. Its methods are safe for concurrent use.
@@ -106,6 +114,10 @@ type Node struct {
 	progs        map[string]cachedProgram // compiled policies by expression
 	reconcileCh  chan struct{}
 
+	registry *plugins.Registry
+	plugins  pluginSet
+	calls    *plugins.Server
+
 	started   time.Time
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -129,6 +141,15 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		collectFacts: deps.Facts, progs: map[string]cachedProgram{}, reconcileCh: make(chan struct{}, 1)}
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect
+	}
+	n.plugins.loaded = map[string]*loadedPlugin{}
+	if n.registry = deps.Plugins; n.registry == nil {
+		fileDir := cfg.FileDir
+		if fileDir == "" {
+			fileDir = filepath.Join(cfg.DataDir, "files")
+		}
+		n.registry = plugins.Builtins(plugins.Env{Exec: cfg.Exec, FileDir: fileDir,
+			Facts: func(context.Context) (map[string]any, error) { return n.facts.get(), nil }})
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -185,6 +206,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.ownsHost = true
 	}
 	n.log = n.log.With("node", cfg.Name)
+	n.calls = plugins.NewServer(n.host, n, n.log)
 	defer func() {
 		if err != nil && n.ownsHost {
 			n.host.Close()
@@ -300,6 +322,8 @@ func (n *Node) Start(ctx context.Context) error {
 	n.spawn(n.recordLoop)
 	n.spawn(n.factsLoop)
 	n.spawn(n.reconcileLoop)
+	n.spawn(n.pluginLoop)
+	n.calls.Start()
 	n.log.Info("node started", "id", n.host.ID(), "addrs", n.host.Addrs(), "cluster", n.cfg.Cluster, "mdns", n.cfg.MDNS, "private", n.private)
 	return nil
 }
@@ -345,6 +369,9 @@ func (n *Node) Close() error {
 		if n.cancel != nil {
 			n.cancel()
 		}
+		if n.calls != nil {
+			errs = append(errs, n.calls.Close())
+		}
 		if n.mdns != nil {
 			errs = append(errs, n.mdns.Close())
 		}
@@ -352,6 +379,7 @@ func (n *Node) Close() error {
 			errs = append(errs, n.dht.Close())
 		}
 		n.wg.Wait()
+		n.plugins.closeAll()
 		errs = append(errs, n.remembered.save())
 		errs = append(errs, n.host.Close())
 		if n.store != nil {

@@ -22,6 +22,9 @@ type nodeRecord struct {
 	Addrs   []string        `json:"addrs"`
 	Version string          `json:"version"`
 	Facts   json.RawMessage `json:"facts,omitempty"`
+	// Plugins is how loading went for each "<tribe>/<plugin>" this node
+	// was asked to run (see plugins.go).
+	Plugins map[string]pluginStatus `json:"plugins,omitempty"`
 }
 
 // tribeRecord is tribes/<t>: an explicitly created tribe.
@@ -52,7 +55,8 @@ func (n *Node) publishSelf(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: encode facts: %w", err)
 	}
-	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: facts}
+	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: facts,
+		Plugins: n.plugins.status()}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tribeagent/tribe/node"
+	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
 
@@ -31,11 +32,14 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, target_peers"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, target_peers, facts_file, exec, file_dir"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
 			&cli.StringFlag{Name: "facts-file", Usage: "YAML or JSON file of user facts (nested values allowed), read again on SIGHUP"},
 			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer of tribe state, repeatable; none means every peer that can connect is trusted"},
+			&cli.StringSliceFlag{Name: "exec", Usage: "NAME=COMMAND the exec plugin may run when asked for NAME, repeatable; COMMAND is split on spaces, no shell (the config file's exec.commands also sets timeouts and output caps)"},
+			&cli.BoolFlag{Name: "exec-any", Usage: "let callers run any command line through the exec plugin, not only the defined ones: a remote shell for every trusted writer and tribe member"},
+			&cli.StringFlag{Name: "file-dir", Usage: "where the file plugin writes (default: <data-dir>/files)"},
 		},
 		Action: runAgent,
 	}
@@ -129,6 +133,24 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.IsSet("swarm-key") {
 		cfg.SwarmKeyFile = c.String("swarm-key")
+	}
+	if c.IsSet("exec") {
+		if cfg.Exec.Commands == nil {
+			cfg.Exec.Commands = map[string]plugins.Command{}
+		}
+		for _, e := range c.StringSlice("exec") {
+			name, command, ok := strings.Cut(e, "=")
+			if !ok || name == "" || len(strings.Fields(command)) == 0 {
+				return cfg, usagef("--exec %q: want NAME=COMMAND, such as uptime=uptime", e)
+			}
+			cfg.Exec.Commands[name] = plugins.Command{Argv: strings.Fields(command)}
+		}
+	}
+	if c.Bool("exec-any") {
+		cfg.Exec.AllowAny = true
+	}
+	if c.IsSet("file-dir") {
+		cfg.FileDir = c.String("file-dir")
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "node: "))}

@@ -135,38 +135,64 @@ func (c *Client) Leave(ctx context.Context, tribe string, nodes []string) ([]Mem
 	return m, err
 }
 
-// do sends in (if not nil) as JSON and decodes the answer into out.
-func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("api: encode request: %w", err)
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://tribe"+path, body)
+// Plugins lists the plugins loaded in tribes (in tribe only, if set) with
+// each member's loading state.
+func (c *Client) Plugins(ctx context.Context, tribe string) ([]Plugin, error) {
+	var p []Plugin
+	err := c.do(ctx, http.MethodGet, "/v1/plugins?tribe="+url.QueryEscape(tribe), nil, &p)
+	return p, err
+}
+
+// LoadPlugin loads a plugin on every member of a tribe.
+func (c *Client) LoadPlugin(ctx context.Context, name, tribe string, config map[string]string) (Plugin, error) {
+	var p Plugin
+	err := c.do(ctx, http.MethodPut, "/v1/tribes/"+url.PathEscape(tribe)+"/plugins/"+url.PathEscape(name), LoadRequest{Config: config}, &p)
+	return p, err
+}
+
+// UnloadPlugin unloads a plugin from a tribe's members.
+func (c *Client) UnloadPlugin(ctx context.Context, name, tribe string) (Plugin, error) {
+	var p Plugin
+	err := c.do(ctx, http.MethodDelete, "/v1/tribes/"+url.PathEscape(tribe)+"/plugins/"+url.PathEscape(name), nil, &p)
+	return p, err
+}
+
+// Call runs a call through the agent and hands each node's result to
+// emit as it arrives; it returns the summary once every target has
+// answered, failed or timed out.
+func (c *Client) Call(ctx context.Context, req CallRequest, emit func(CallResult)) (CallSummary, error) {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/call", req)
 	if err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%w at %s (start one with `tribe agent`, or point --data-dir at its data dir)", ErrNoAgent, c.path)
-		}
-		return fmt.Errorf("api: %w", err)
+		return CallSummary{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var e errorBody
-		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Error == "" {
-			return &Error{Status: resp.StatusCode, Message: fmt.Sprintf("agent answered %s", resp.Status)}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var l callLine
+		if err := dec.Decode(&l); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return CallSummary{}, fmt.Errorf("api: call: the agent's answer ended early: %w", err)
 		}
-		return &Error{Status: resp.StatusCode, Message: e.Error}
+		switch {
+		case l.Node != nil:
+			emit(*l.Node)
+		case l.Summary != nil:
+			return *l.Summary, nil
+		default:
+			return CallSummary{}, &Error{Status: http.StatusInternalServerError, Message: l.Error}
+		}
 	}
+}
+
+// do sends in (if not nil) as JSON and decodes the answer into out.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.send(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
 	if out == nil {
 		return nil
 	}
@@ -174,4 +200,40 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("api: decode answer to %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// send sends in (if not nil) as JSON and returns a 2xx response; any
+// other status comes back as an *Error.
+func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("api: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://tribe"+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w at %s (start one with `tribe agent`, or point --data-dir at its data dir)", ErrNoAgent, c.path)
+		}
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		var e errorBody
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Error == "" {
+			return nil, &Error{Status: resp.StatusCode, Message: fmt.Sprintf("agent answered %s", resp.Status)}
+		}
+		return nil, &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	return resp, nil
 }

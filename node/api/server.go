@@ -142,6 +142,20 @@ func Handler(agent Agent) http.Handler {
 		}
 		return agent.Leave(r.Context(), r.PathValue("tribe"), req.Nodes)
 	}))
+	mux.Handle("GET /v1/plugins", endpoint(func(r *http.Request) (any, error) {
+		return agent.Plugins(r.Context(), r.URL.Query().Get("tribe"))
+	}))
+	mux.Handle("PUT /v1/tribes/{tribe}/plugins/{plugin}", endpoint(func(r *http.Request) (any, error) {
+		var req LoadRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.LoadPlugin(r.Context(), r.PathValue("plugin"), r.PathValue("tribe"), req.Config)
+	}))
+	mux.Handle("DELETE /v1/tribes/{tribe}/plugins/{plugin}", endpoint(func(r *http.Request) (any, error) {
+		return agent.UnloadPlugin(r.Context(), r.PathValue("plugin"), r.PathValue("tribe"))
+	}))
+	mux.Handle("POST /v1/call", callHandler(agent))
 	// Go's profiler, for operators chasing memory or CPU; the socket is
 	// private to the agent's user.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -184,6 +198,48 @@ func endpoint(f func(r *http.Request) (any, error)) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(v)
+	})
+}
+
+// callHandler streams a call's results as JSON lines, flushed one by one,
+// so the CLI shows each node's answer as it arrives. Errors before the
+// first result are ordinary error responses.
+func callHandler(agent Agent) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+		var req CallRequest
+		if err := decode(r, &req); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		flusher, _ := w.(http.Flusher)
+		enc := json.NewEncoder(w)
+		started := false
+		line := func(l callLine) {
+			if !started {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				w.WriteHeader(http.StatusOK)
+				started = true
+			}
+			enc.Encode(l)
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		sum, err := agent.Call(r.Context(), req, func(res CallResult) { line(callLine{Node: &res}) })
+		switch {
+		case err != nil && !started:
+			status := http.StatusInternalServerError
+			var apiErr *Error
+			if errors.As(err, &apiErr) {
+				status = apiErr.Status
+			}
+			writeError(w, status, err)
+		case err != nil:
+			line(callLine{Error: err.Error()})
+		default:
+			line(callLine{Summary: &sum})
+		}
 	})
 }
 

@@ -9,6 +9,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -33,6 +34,78 @@ type Agent interface {
 	Policies(ctx context.Context) ([]Policy, error)
 	DeletePolicy(ctx context.Context, name string) (Policy, error)
 	TestPolicy(ctx context.Context, expr string) ([]Match, error)
+	Plugins(ctx context.Context, tribe string) ([]Plugin, error)
+	LoadPlugin(ctx context.Context, name, tribe string, config map[string]string) (Plugin, error)
+	UnloadPlugin(ctx context.Context, name, tribe string) (Plugin, error)
+	// Call runs a call on every target and hands each node's result to
+	// emit as it arrives (emit is called from one goroutine at a time). An
+	// error before any result means nothing was called.
+	Call(ctx context.Context, req CallRequest, emit func(CallResult)) (CallSummary, error)
+}
+
+// Plugin is a plugin loaded in a tribe and how its loading went on each
+// member.
+type Plugin struct {
+	Name   string            `json:"name"`
+	Tribe  string            `json:"tribe"`
+	Config map[string]string `json:"config"`
+	Nodes  []PluginNode      `json:"nodes"`
+}
+
+// PluginNode is one member's view of a plugin: "loaded", "error" (with
+// the reason in Error), or "pending" (it has not said yet).
+type PluginNode struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Version string `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// LoadRequest carries a plugin's config for `tribe plugin load`.
+type LoadRequest struct {
+	Config map[string]string `json:"config"`
+}
+
+// CallRequest is `tribe call`: the targets are every member of each
+// tribe plus each named node.
+type CallRequest struct {
+	Tribes  []string        `json:"tribes"`
+	Nodes   []string        `json:"nodes"`
+	Plugin  string          `json:"plugin"`
+	Method  string          `json:"method"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	Timeout time.Duration   `json:"timeout"` // for the whole call; 0 for the default
+}
+
+// CallResult is one node's answer to a call.
+type CallResult struct {
+	ID     string          `json:"id"`
+	Name   string          `json:"name"`
+	Tribe  string          `json:"tribe,omitempty"` // the tribe the call was made in
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Code   string          `json:"code,omitempty"` // why it failed: timeout, gone, unauthorized, ...
+	MS     float64         `json:"ms"`             // from sending to the answer, as the caller saw it
+}
+
+// CallSummary counts how a call went: every target is in exactly one of
+// Answered (ok), Failed, or TimedOut.
+type CallSummary struct {
+	Targets  int     `json:"targets"`
+	Answered int     `json:"answered"`
+	Failed   int     `json:"failed"`
+	TimedOut int     `json:"timed_out"`
+	MS       float64 `json:"ms"`
+}
+
+// callLine is one line of the streamed answer to POST /v1/call: a node's
+// result, then the summary last, or an error if the agent failed midway.
+type callLine struct {
+	Node    *CallResult  `json:"node,omitempty"`
+	Summary *CallSummary `json:"summary,omitempty"`
+	Error   string       `json:"error,omitempty"`
 }
 
 // Policy puts the nodes whose facts match Expr (CEL over `facts`) in Tribe.

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+func pluginCommand() *cli.Command {
+	tribeFlag := &cli.StringFlag{Name: "tribe", Required: true, Usage: "the tribe whose members load or unload it"}
+	return &cli.Command{
+		Name:  "plugin",
+		Usage: "load plugins on every member of a tribe, unload them, list them",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "list",
+				Usage: "list the plugins loaded in tribes and how loading went on each member",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "tribe", Usage: "only this tribe's plugins"}},
+				Action: func(c *cli.Context) error {
+					if err := noArgs(c); err != nil {
+						return err
+					}
+					ps, err := client(c).Plugins(c.Context, c.String("tribe"))
+					if err != nil {
+						return err
+					}
+					if flagBool(c, "json") {
+						return printJSON(c.App.Writer, ps)
+					}
+					tw := table(c.App.Writer)
+					fmt.Fprintln(tw, "TRIBE\tPLUGIN\tNODE\tSTATE\tVERSION\tERROR")
+					for _, p := range ps {
+						if len(p.Nodes) == 0 {
+							fmt.Fprintf(tw, "%s\t%s\t-\tno members\t\t\n", p.Tribe, p.Name)
+						}
+						for _, n := range p.Nodes {
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Tribe, p.Name, n.Name, n.State, n.Version, n.Error)
+						}
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:      "load",
+				Usage:     "load a plugin on every member of a tribe (members that join later load it too)",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{tribeFlag,
+					&cli.StringSliceFlag{Name: "config", Usage: "plugin setting key=value, repeatable (every plugin takes concurrency and queue; exec: timeout, max_output; file: path; sys: paths)"}},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef("plugin load takes one plugin name (built-ins: exec, sys, facts, echo, file)")
+					}
+					config := map[string]string{}
+					for _, kv := range c.StringSlice("config") {
+						k, v, ok := strings.Cut(kv, "=")
+						if !ok || k == "" {
+							return usagef("--config %q: want key=value", kv)
+						}
+						config[k] = v
+					}
+					p, err := client(c).LoadPlugin(c.Context, c.Args().First(), c.String("tribe"), config)
+					if err != nil {
+						return err
+					}
+					if flagBool(c, "json") {
+						return printJSON(c.App.Writer, p)
+					}
+					fmt.Fprintf(c.App.Writer, "loading %s on the %d members of %s; see `tribe plugin list --tribe %s`\n", p.Name, len(p.Nodes), p.Tribe, p.Tribe)
+					return nil
+				},
+			},
+			{
+				Name:      "unload",
+				Usage:     "unload a plugin from every member of a tribe",
+				ArgsUsage: "NAME",
+				Flags:     []cli.Flag{tribeFlag},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef("plugin unload takes one plugin name")
+					}
+					p, err := client(c).UnloadPlugin(c.Context, c.Args().First(), c.String("tribe"))
+					if err != nil {
+						return err
+					}
+					if flagBool(c, "json") {
+						return printJSON(c.App.Writer, p)
+					}
+					fmt.Fprintf(c.App.Writer, "unloaded %s from %s\n", p.Name, p.Tribe)
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func callCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "call",
+		Usage: "call a plugin on every member of tribes and on named nodes at once; each node's answer is shown as it arrives",
+		Description: `Every target answers, fails or times out: nothing is left out. The exit
+status is 0 only if every target answered ok. With --json, each node's
+result is one JSON object per line on stdout and the summary goes to stderr.
+
+Examples:
+  tribe call --tribe storage exec run '{"command":"uptime"}'
+  tribe call --node web-1 --node web-2 --timeout 5s sys collect`,
+		ArgsUsage: "PLUGIN METHOD [JSON]",
+		Flags: []cli.Flag{
+			&cli.StringSliceFlag{Name: "tribe", Usage: "call every member of this tribe, repeatable"},
+			&cli.StringSliceFlag{Name: "node", Usage: "call this node (name or peer ID), repeatable"},
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long to wait for the slowest node"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 2 || c.NArg() > 3 {
+				return usagef("call takes PLUGIN METHOD [JSON], got %d arguments", c.NArg())
+			}
+			if len(c.StringSlice("tribe"))+len(c.StringSlice("node")) == 0 {
+				return usagef("name whom to call: --tribe T or --node N, at least one")
+			}
+			req := api.CallRequest{Tribes: c.StringSlice("tribe"), Nodes: c.StringSlice("node"),
+				Plugin: c.Args().Get(0), Method: c.Args().Get(1), Timeout: c.Duration("timeout")}
+			if c.NArg() == 3 {
+				args := []byte(c.Args().Get(2))
+				if !json.Valid(args) {
+					return usagef("the arguments %q are not valid JSON", c.Args().Get(2))
+				}
+				req.Args = args
+			}
+			asJSON := flagBool(c, "json")
+			w := c.App.Writer
+			if !asJSON {
+				fmt.Fprintf(w, "%-24s %-14s %10s  %s\n", "NODE", "STATUS", "MS", "RESULT")
+			}
+			sum, err := client(c).Call(c.Context, req, func(r api.CallResult) {
+				if asJSON {
+					json.NewEncoder(w).Encode(r)
+					return
+				}
+				printCallResult(w, r)
+			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				json.NewEncoder(c.App.ErrWriter).Encode(map[string]api.CallSummary{"summary": sum})
+			} else {
+				fmt.Fprintf(w, "%d nodes: %d answered, %d failed, %d timed out in %.1f ms\n", sum.Targets, sum.Answered, sum.Failed, sum.TimedOut, sum.MS)
+			}
+			if sum.Answered != sum.Targets {
+				return fmt.Errorf("%d of %d nodes did not answer ok", sum.Targets-sum.Answered, sum.Targets)
+			}
+			return nil
+		},
+	}
+}
+
+// printCallResult prints one node's answer on one line: the result as
+// compact JSON, or the error (and any result that came with it).
+func printCallResult(w io.Writer, r api.CallResult) {
+	name := r.Name
+	if name == "" {
+		name = r.ID
+	}
+	status := "ok"
+	if !r.OK {
+		status = r.Code
+		if status == "" {
+			status = "failed"
+		}
+	}
+	text := compact(r.Result)
+	if !r.OK {
+		text = r.Error
+		if len(r.Result) > 0 {
+			text += " " + compact(r.Result)
+		}
+	}
+	fmt.Fprintf(w, "%-24s %-14s %10.1f  %s\n", name, status, r.MS, text)
+}
+
+func compact(b json.RawMessage) string {
+	if len(b) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return string(b)
+	}
+	return buf.String()
+}

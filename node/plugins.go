@@ -1,0 +1,477 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
+)
+
+// pluginRecord is tribes/<t>/plugins/<p>: load p on every member of t.
+type pluginRecord struct {
+	Config map[string]string `json:"config,omitempty"`
+}
+
+// pluginStatus is what a node says, in its own record, of each plugin it
+// was asked to load: the version it runs, or why it could not load it.
+type pluginStatus struct {
+	Version string `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ErrUnknownPluginLoad is returned when unloading a plugin not loaded in
+// the tribe.
+var ErrUnknownPluginLoad = errors.New("plugin not loaded in tribe")
+
+func pluginKey(tribe, name string) string { return tribesPrefix + tribe + "/plugins/" + name }
+
+// loadedPlugin is one (tribe, plugin) this node was asked to run.
+type loadedPlugin struct {
+	config map[string]string
+	inst   *plugins.Instance // nil when loading failed
+	err    error
+}
+
+// pluginSet is the node's loaded plugins by "<tribe>/<plugin>".
+type pluginSet struct {
+	mu     sync.Mutex
+	loaded map[string]*loadedPlugin
+}
+
+// status is the plugins part of the node's record.
+func (s *pluginSet) status() map[string]pluginStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.loaded) == 0 {
+		return nil
+	}
+	out := map[string]pluginStatus{}
+	for k, l := range s.loaded {
+		if l.err != nil {
+			out[k] = pluginStatus{Error: l.err.Error()}
+		} else {
+			out[k] = pluginStatus{Version: l.inst.Version()}
+		}
+	}
+	return out
+}
+
+func (s *pluginSet) get(tribe, name string) (*loadedPlugin, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.loaded[tribe+"/"+name]
+	return l, ok
+}
+
+// byName returns the tribes in which name is loaded or failed, sorted.
+func (s *pluginSet) byName(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.loaded {
+		if t, p, _ := strings.Cut(k, "/"); p == name {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// closeAll unloads everything (the node is closing).
+func (s *pluginSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, l := range s.loaded {
+		if l.inst != nil {
+			l.inst.Close()
+		}
+		delete(s.loaded, k)
+	}
+}
+
+// pluginLoop keeps the loaded plugins equal to what the state asks of
+// this node: every plugin of every tribe it is a member of.
+func (n *Node) pluginLoop() {
+	trigger := make(chan struct{}, 1)
+	poke := func(gossip.Change) {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	cancel := n.replica.Watch(tribesPrefix, poke)
+	defer cancel()
+	poke(gossip.Change{})
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-trigger:
+		}
+		if n.syncPlugins() {
+			if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {
+				n.log.Warn("publishing plugin states", "err", err)
+			}
+		}
+	}
+}
+
+// wantedPlugins reads from the state what this node should run.
+func (n *Node) wantedPlugins() map[string]pluginRecord {
+	self := n.host.ID().String()
+	member := map[string]bool{}
+	var entries []*gossip.Signed
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		segs := strings.Split(e.Key, "/")
+		switch {
+		case len(segs) == 5 && segs[2] == "members" && segs[3] == self:
+			member[segs[1]] = true
+		case len(segs) == 4 && segs[2] == "plugins":
+			entries = append(entries, e)
+		}
+	}
+	want := map[string]pluginRecord{}
+	for _, e := range entries {
+		segs := strings.Split(e.Key, "/")
+		if !member[segs[1]] {
+			continue
+		}
+		var rec pluginRecord
+		if err := json.Unmarshal(e.Value, &rec); err != nil {
+			// Written by a trusted writer but unreadable here: a load
+			// error this node reports rather than a silent skip.
+			rec.Config = map[string]string{"\x00bad": err.Error()}
+		}
+		want[segs[1]+"/"+segs[3]] = rec
+	}
+	return want
+}
+
+// syncPlugins loads, reloads and unloads to match wantedPlugins, and
+// reports whether anything changed.
+func (n *Node) syncPlugins() bool {
+	want := n.wantedPlugins()
+	s := &n.plugins
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for k, l := range s.loaded {
+		if rec, ok := want[k]; ok && maps.Equal(rec.Config, l.config) {
+			continue
+		}
+		if l.inst != nil {
+			l.inst.Close()
+		}
+		delete(s.loaded, k)
+		changed = true
+		n.log.Info("plugin unloaded", "plugin", k)
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := s.loaded[k]; ok {
+			continue
+		}
+		tribe, name, _ := strings.Cut(k, "/")
+		l := &loadedPlugin{config: want[k].Config}
+		if bad, ok := l.config["\x00bad"]; ok {
+			l.err = fmt.Errorf("unreadable plugin entry: %s", bad)
+		} else {
+			l.inst, l.err = n.registry.Load(name, tribe, l.config)
+		}
+		s.loaded[k] = l
+		changed = true
+		if l.err != nil {
+			n.log.Warn("plugin failed to load", "plugin", k, "err", l.err)
+		} else {
+			n.log.Info("plugin loaded", "plugin", k, "version", l.inst.Version())
+		}
+	}
+	return changed
+}
+
+// isMember reports whether id is a member of tribe, by hand or by policy.
+func (n *Node) isMember(tribe string, id peer.ID) bool {
+	for _, via := range []string{"manual", "policy"} {
+		if _, ok := n.replica.Get(memberKey(tribe, id, via)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Authorize implements plugins.Authorizer: the plugin must be loaded here
+// in a tribe both this node and the caller belong to, or the caller must
+// be a trusted writer.
+func (n *Node) Authorize(caller peer.ID, req plugins.Request) (*plugins.Instance, error) {
+	tribes := []string{req.Tribe}
+	if req.Tribe == "" {
+		tribes = n.plugins.byName(req.Plugin)
+	}
+	trusted := n.replica.Trust().Trusted(caller)
+	var loadErr error
+	for _, t := range tribes {
+		l, ok := n.plugins.get(t, req.Plugin)
+		if !ok {
+			continue
+		}
+		if l.err != nil {
+			loadErr = l.err
+			continue
+		}
+		if trusted || n.isMember(t, caller) {
+			return l.inst, nil
+		}
+	}
+	switch {
+	case loadErr != nil:
+		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s failed to load on this node: %v", req.Plugin, loadErr)
+	case req.Tribe != "" && !n.isMember(req.Tribe, n.host.ID()):
+		return nil, plugins.Errorf(plugins.CodeNotLoaded, "this node is not a member of tribe %q", req.Tribe)
+	case len(tribes) == 0 || req.Tribe != "" && !n.hasLoaded(req.Tribe, req.Plugin):
+		where := "in any tribe"
+		if req.Tribe != "" {
+			where = "in tribe " + req.Tribe
+		}
+		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s is not loaded on this node %s", req.Plugin, where)
+	}
+	return nil, plugins.Errorf(plugins.CodeUnauthorized, "%s is not a trusted writer and shares no tribe with this node in which %s is loaded", caller, req.Plugin)
+}
+
+func (n *Node) hasLoaded(tribe, name string) bool {
+	_, ok := n.plugins.get(tribe, name)
+	return ok
+}
+
+// LoadPlugin implements api.Agent. The config is tried on this node
+// first, so a typo is refused here instead of failing on every member.
+func (n *Node) LoadPlugin(ctx context.Context, name, tribe string, config map[string]string) (api.Plugin, error) {
+	if err := checkTribeName(tribe); err != nil {
+		return api.Plugin{}, err
+	}
+	if !gossip.ValidName(name) {
+		return api.Plugin{}, api.BadRequest(fmt.Errorf("plugin name %q: use lower-case letters, digits, '.', '_' or '-'", name))
+	}
+	if _, ok := n.tribes()[tribe]; !ok {
+		return api.Plugin{}, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, tribe))
+	}
+	inst, err := n.registry.Load(name, tribe, config)
+	if err != nil {
+		return api.Plugin{}, api.BadRequest(err)
+	}
+	inst.Close()
+	b, _ := json.Marshal(pluginRecord{Config: config})
+	if _, err := n.replica.Put(ctx, pluginKey(tribe, name), b); err != nil {
+		return api.Plugin{}, writeErr(err)
+	}
+	return n.pluginView(tribe, name, config), nil
+}
+
+// UnloadPlugin implements api.Agent.
+func (n *Node) UnloadPlugin(ctx context.Context, name, tribe string) (api.Plugin, error) {
+	e, ok := n.replica.Get(pluginKey(tribe, name))
+	if !ok {
+		return api.Plugin{}, api.NotFound(fmt.Errorf("%w: %s is not loaded in %q (see `tribe plugin list`)", ErrUnknownPluginLoad, name, tribe))
+	}
+	var rec pluginRecord
+	json.Unmarshal(e.Value, &rec)
+	if _, err := n.replica.Delete(ctx, pluginKey(tribe, name)); err != nil {
+		return api.Plugin{}, writeErr(err)
+	}
+	return api.Plugin{Name: name, Tribe: tribe, Config: orEmptyMap(rec.Config), Nodes: []api.PluginNode{}}, nil
+}
+
+// Plugins implements api.Agent: every plugin loaded in a tribe (tribe
+// only, if set), with each member's state from its record.
+func (n *Node) Plugins(ctx context.Context, tribe string) ([]api.Plugin, error) {
+	views := n.tribes()
+	if tribe != "" {
+		if _, ok := views[tribe]; !ok {
+			return nil, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, tribe))
+		}
+	}
+	recs := n.nodeRecords()
+	out := []api.Plugin{}
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		segs := strings.Split(e.Key, "/")
+		if len(segs) != 4 || segs[2] != "plugins" || (tribe != "" && segs[1] != tribe) {
+			continue
+		}
+		var rec pluginRecord
+		json.Unmarshal(e.Value, &rec)
+		out = append(out, n.pluginEntry(segs[1], segs[3], rec.Config, views[segs[1]], recs))
+	}
+	return out, nil
+}
+
+func (n *Node) pluginView(tribe, name string, config map[string]string) api.Plugin {
+	return n.pluginEntry(tribe, name, config, n.tribes()[tribe], n.nodeRecords())
+}
+
+func (n *Node) pluginEntry(tribe, name string, config map[string]string, v *tribeView, recs map[peer.ID]nodeRecord) api.Plugin {
+	p := api.Plugin{Name: name, Tribe: tribe, Config: orEmptyMap(config), Nodes: []api.PluginNode{}}
+	if v == nil {
+		return p
+	}
+	for id := range v.members {
+		rec := recs[id]
+		pn := api.PluginNode{ID: id.String(), Name: rec.Name, State: "pending"}
+		if st, ok := rec.Plugins[tribe+"/"+name]; ok {
+			pn.Version, pn.Error, pn.State = st.Version, st.Error, "loaded"
+			if st.Error != "" {
+				pn.State = "error"
+			}
+		}
+		p.Nodes = append(p.Nodes, pn)
+	}
+	slices.SortFunc(p.Nodes, func(a, b api.PluginNode) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
+	return p
+}
+
+func orEmptyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// callTarget is one node a call goes to, and in which tribe.
+type callTarget struct {
+	id    peer.ID
+	name  string
+	tribe string
+	addrs []string
+}
+
+// callTargets resolves a call's tribes and nodes to distinct targets.
+func (n *Node) callTargets(req api.CallRequest) ([]callTarget, error) {
+	if len(req.Tribes)+len(req.Nodes) == 0 {
+		return nil, api.BadRequest(errors.New("name the targets: --tribe T or --node N, at least one"))
+	}
+	recs := n.nodeRecords()
+	views := n.tribes()
+	seen := map[peer.ID]bool{}
+	var out []callTarget
+	add := func(id peer.ID, tribe string) {
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		out = append(out, callTarget{id: id, name: recs[id].Name, tribe: tribe, addrs: recs[id].Addrs})
+	}
+	for _, t := range req.Tribes {
+		v, ok := views[t]
+		if !ok {
+			return nil, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, t))
+		}
+		if len(v.members) == 0 {
+			return nil, api.BadRequest(fmt.Errorf("tribe %q has no members to call", t))
+		}
+		for _, id := range slices.SortedFunc(maps.Keys(v.members), func(a, b peer.ID) int { return strings.Compare(string(a), string(b)) }) {
+			add(id, t)
+		}
+	}
+	if len(req.Nodes) > 0 {
+		ids, err := n.resolve(req.Nodes)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			add(id, "")
+		}
+	}
+	return out, nil
+}
+
+// Call implements api.Agent: it calls every target at once (at most
+// CallParallel in flight), this node itself included through the same
+// authorisation, and hands each answer to emit as it comes.
+func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.CallResult)) (api.CallSummary, error) {
+	if err := (plugins.Request{Plugin: req.Plugin, Method: req.Method}).Check(); err != nil {
+		return api.CallSummary{}, api.BadRequest(err)
+	}
+	if len(req.Args) > 0 && !json.Valid(req.Args) {
+		return api.CallSummary{}, api.BadRequest(errors.New("the arguments are not valid JSON"))
+	}
+	if req.Timeout < 0 || req.Timeout > plugins.MaxTimeout {
+		return api.CallSummary{}, api.BadRequest(fmt.Errorf("timeout %v: from 1ms to %v", req.Timeout, plugins.MaxTimeout))
+	}
+	targets, err := n.callTargets(req)
+	if err != nil {
+		return api.CallSummary{}, err
+	}
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = plugins.DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := n.now()
+	sum := api.CallSummary{Targets: len(targets)}
+	plugins.FanOut(ctx, targets, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {
+		return n.callOne(ctx, t, plugins.Request{ID: n.callID(), Tribe: t.tribe, Plugin: req.Plugin, Method: req.Method, Args: req.Args})
+	}, func(t callTarget, r plugins.Response) {
+		res := api.CallResult{ID: t.id.String(), Name: t.name, Tribe: t.tribe, OK: r.OK, Result: r.Result,
+			Error: r.Error, Code: string(r.Code), MS: msSince(n.now(), start)}
+		switch {
+		case r.OK:
+			sum.Answered++
+		case r.Code == plugins.CodeTimeout:
+			sum.TimedOut++
+		default:
+			sum.Failed++
+		}
+		emit(res)
+	})
+	sum.MS = msSince(n.now(), start)
+	return sum, nil
+}
+
+// callOne calls one target: this node directly, any other over a stream.
+func (n *Node) callOne(ctx context.Context, t callTarget, req plugins.Request) plugins.Response {
+	if t.id == n.host.ID() {
+		if dl, ok := ctx.Deadline(); ok {
+			req.Deadline = max(1, dl.Sub(n.now()).Milliseconds())
+		}
+		return n.calls.Serve(ctx, n.host.ID(), req)
+	}
+	n.learnAddrs(t.id, t.addrs)
+	return plugins.Call(ctx, n.host, t.id, req)
+}
+
+func (n *Node) callID() string {
+	n.rngMu.Lock()
+	defer n.rngMu.Unlock()
+	return fmt.Sprintf("%016x", n.rng.Uint64())
+}
+
+// learnAddrs adds a node's recorded addresses to the peerstore, so a call
+// can dial a node this one is not connected to.
+func (n *Node) learnAddrs(id peer.ID, addrs []string) {
+	var as []ma.Multiaddr
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			continue
+		}
+		if ai, err := peer.AddrInfoFromP2pAddr(a); err == nil && ai.ID == id {
+			as = append(as, ai.Addrs...)
+		}
+	}
+	n.host.Peerstore().AddAddrs(id, as, peerstore.TempAddrTTL)
+}
+
+func msSince(now, start time.Time) float64 {
+	return float64(now.Sub(start).Microseconds()) / 1000
+}

@@ -220,7 +220,9 @@ func TestCallerCancelsMidCall(t *testing.T) {
 	p := newPair(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan Response)
-	go func() { done <- p.call(ctx, Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()}) }()
+	go func() {
+		done <- p.call(ctx, Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()})
+	}()
 	<-p.block.started
 	cancel()
 	if resp := <-done; resp.Code != CodeCanceled {
@@ -239,7 +241,9 @@ func TestCallerCancelsMidCall(t *testing.T) {
 func TestCalleeCrashesMidCall(t *testing.T) {
 	p := newPair(t, nil)
 	done := make(chan Response)
-	go func() { done <- p.call(context.Background(), Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()}) }()
+	go func() {
+		done <- p.call(context.Background(), Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()})
+	}()
 	<-p.block.started
 	p.callee.Close() // the connection dies under the call
 	select {
@@ -291,7 +295,9 @@ func TestHeartbeatsKeepALongCallAlive(t *testing.T) {
 func TestConcurrencyLimitRefusesAFlood(t *testing.T) {
 	p := newPair(t, map[string]string{"concurrency": "1", "queue": "0"})
 	first := make(chan Response, 1)
-	go func() { first <- p.call(context.Background(), Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()}) }()
+	go func() {
+		first <- p.call(context.Background(), Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()})
+	}()
 	<-p.block.started
 	// The one slot is taken and no call may wait: the next is refused at
 	// once, while echo (another plugin) still answers.
@@ -314,7 +320,9 @@ func TestQueuedCallWaitsItsTurn(t *testing.T) {
 	p := newPair(t, map[string]string{"concurrency": "1", "queue": "4"})
 	results := make(chan Response, 2)
 	for range 2 {
-		go func() { results <- p.call(context.Background(), Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()}) }()
+		go func() {
+			results <- p.call(context.Background(), Request{Plugin: "block", Method: "wait", Deadline: time.Minute.Milliseconds()})
+		}()
 	}
 	<-p.block.started
 	close(p.block.release) // the first ends, the queued one runs

@@ -147,9 +147,14 @@ func (r *Replica) Close() error {
 // PubSubOptions are the pubsub settings the state topic needs: entries are
 // signed envelopes, so pubsub's own signature is redundant (StrictNoSign)
 // and message IDs are content hashes, so a re-published entry is a
-// duplicate.
+// duplicate. A node floods its own entries to every peer in the topic:
+// without it (go-libp2p-pubsub's default is off) an entry published while
+// the mesh is still empty, just after start, went nowhere — the next
+// heartbeat grafts those very peers into the mesh and gossip skips mesh
+// peers — and waited for the periodic anti-entropy (seen: 30 s).
 func PubSubOptions() []pubsub.Option {
 	return []pubsub.Option{
+		pubsub.WithFloodPublish(true),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string {
 			h := sha256.Sum256(m.Data)

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/event"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -131,26 +130,42 @@ func (r *Replica) applyFetched(raws [][]byte) int {
 	return r.applyRemote(ok)
 }
 
-// antiEntropy pulls from each peer that connects, and from a random
-// connected peer every SyncInterval.
+// antiEntropy pulls from each peer as it joins the state topic, and from
+// a random connected peer every SyncInterval. Pulling on topic join rather
+// than on connect closes a gap: an entry written after the connect-time
+// sync but before pubsub knew the peer subscribed would reach it by
+// neither, until the next periodic sync.
 func (r *Replica) antiEntropy() {
-	sub, err := r.h.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted))
+	events, err := r.topic.EventHandler()
 	if err != nil {
-		r.log.Error("sync: subscribe to identify events", "err", err)
+		r.log.Error("sync: topic events", "err", err)
 		return
 	}
-	defer sub.Close()
+	defer events.Cancel()
+	joined := make(chan peer.ID)
+	r.spawn(func() {
+		for {
+			ev, err := events.NextPeerEvent(r.ctx)
+			if err != nil {
+				return
+			}
+			if ev.Type == pubsub.PeerJoin {
+				select {
+				case joined <- ev.Peer:
+				case <-r.ctx.Done():
+					return
+				}
+			}
+		}
+	})
 	tick := time.NewTimer(r.jitter(r.cfg.SyncInterval))
 	defer tick.Stop()
 	for {
 		select {
 		case <-r.ctx.Done():
 			return
-		case e := <-sub.Out():
-			ev := e.(event.EvtPeerIdentificationCompleted)
-			if slices.Contains(ev.Protocols, SyncProtocol) {
-				r.spawn(func() { r.pull(ev.Peer) })
-			}
+		case p := <-joined:
+			r.spawn(func() { r.pull(p) })
 		case <-tick.C:
 			if p, ok := r.randomPeer(); ok {
 				r.spawn(func() { r.pull(p) })

@@ -117,6 +117,7 @@ type Node struct {
 	registry *plugins.Registry
 	plugins  pluginSet
 	calls    *plugins.Server
+	names    sync.Map // peer.ID -> cachedName (tribes.go)
 
 	started   time.Time
 	ctx       context.Context

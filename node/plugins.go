@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
@@ -354,13 +355,13 @@ type callTarget struct {
 	addrs []string
 }
 
-// callTargets resolves a call's tribes and nodes to distinct targets.
+// callTargets resolves a call's tribes and nodes to distinct targets. It
+// reads only the keys it needs: a call is on a hot path, the tribe views
+// are not.
 func (n *Node) callTargets(req api.CallRequest) ([]callTarget, error) {
 	if len(req.Tribes)+len(req.Nodes) == 0 {
 		return nil, api.BadRequest(errors.New("name the targets: --tribe T or --node N, at least one"))
 	}
-	recs := n.nodeRecords()
-	views := n.tribes()
 	seen := map[peer.ID]bool{}
 	var out []callTarget
 	add := func(id peer.ID, tribe string) {
@@ -368,17 +369,18 @@ func (n *Node) callTargets(req api.CallRequest) ([]callTarget, error) {
 			return
 		}
 		seen[id] = true
-		out = append(out, callTarget{id: id, name: recs[id].Name, tribe: tribe, addrs: recs[id].Addrs})
+		rec, _ := n.nodeNamed(id)
+		out = append(out, callTarget{id: id, name: rec.Name, tribe: tribe, addrs: rec.Addrs})
 	}
 	for _, t := range req.Tribes {
-		v, ok := views[t]
-		if !ok {
-			return nil, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, t))
-		}
-		if len(v.members) == 0 {
+		ids := n.tribeMembers(t)
+		if len(ids) == 0 {
+			if _, ok := n.tribes()[t]; !ok {
+				return nil, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, t))
+			}
 			return nil, api.BadRequest(fmt.Errorf("tribe %q has no members to call", t))
 		}
-		for _, id := range slices.SortedFunc(maps.Keys(v.members), func(a, b peer.ID) int { return strings.Compare(string(a), string(b)) }) {
+		for _, id := range ids {
 			add(id, t)
 		}
 	}
@@ -392,6 +394,19 @@ func (n *Node) callTargets(req api.CallRequest) ([]callTarget, error) {
 		}
 	}
 	return out, nil
+}
+
+// tribeMembers lists a tribe's members (by hand or by policy), sorted.
+func (n *Node) tribeMembers(tribe string) []peer.ID {
+	var out []peer.ID
+	prefix := tribesPrefix + tribe + "/members/"
+	for _, e := range n.replica.Prefix(prefix) {
+		s, _, _ := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
+		if id, err := peer.Decode(s); err == nil && (len(out) == 0 || out[len(out)-1] != id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Call implements api.Agent: it calls every target at once (at most
@@ -446,7 +461,9 @@ func (n *Node) callOne(ctx context.Context, t callTarget, req plugins.Request) p
 		}
 		return n.calls.Serve(ctx, n.host.ID(), req)
 	}
-	n.learnAddrs(t.id, t.addrs)
+	if n.host.Network().Connectedness(t.id) != network.Connected {
+		n.learnAddrs(t.id, t.addrs)
+	}
 	return plugins.Call(ctx, n.host, t.id, req)
 }
 

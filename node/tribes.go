@@ -106,28 +106,62 @@ func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
 	return out, nil
 }
 
+// nodeName is the part of a node record most views need: decoding only
+// it skips building the facts.
+type nodeName struct {
+	Name  string   `json:"name"`
+	Addrs []string `json:"addrs"`
+}
+
+// nodeNamed returns one node's name and addresses, if it has a record.
+// Decoded names are kept by entry: a record's entry is replaced, never
+// changed, when the node writes a new one.
+func (n *Node) nodeNamed(id peer.ID) (nodeName, bool) {
+	e, ok := n.replica.Get(nodesPrefix + id.String())
+	if !ok {
+		return nodeName{}, false
+	}
+	if c, ok := n.names.Load(id); ok && c.(cachedName).entry == e {
+		return c.(cachedName).rec, true
+	}
+	var rec nodeName
+	json.Unmarshal(e.Value, &rec)
+	n.names.Store(id, cachedName{e, rec})
+	return rec, true
+}
+
+type cachedName struct {
+	entry *gossip.Signed
+	rec   nodeName
+}
+
 // resolve turns node names or peer IDs into peer IDs of known nodes.
 func (n *Node) resolve(names []string) ([]peer.ID, error) {
 	if len(names) == 0 {
 		return nil, api.BadRequest(errors.New("name at least one node"))
 	}
-	recs := n.nodeRecords()
+	var byName map[string][]peer.ID // built on the first name that is not a peer ID
 	var out []peer.ID
 	for _, s := range names {
 		if id, err := peer.Decode(s); err == nil {
-			if _, ok := recs[id]; !ok {
+			if _, ok := n.replica.Get(nodesPrefix + id.String()); !ok {
 				return nil, api.NotFound(fmt.Errorf("%w %s: no node with that peer ID has announced itself", ErrUnknownNode, s))
 			}
 			out = append(out, id)
 			continue
 		}
-		var matches []peer.ID
-		for id, rec := range recs {
-			if rec.Name == s {
-				matches = append(matches, id)
+		if byName == nil {
+			byName = map[string][]peer.ID{}
+			for _, e := range n.replica.Prefix(nodesPrefix) {
+				id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
+				var rec nodeName
+				if err != nil || json.Unmarshal(e.Value, &rec) != nil {
+					continue
+				}
+				byName[rec.Name] = append(byName[rec.Name], id)
 			}
 		}
-		switch len(matches) {
+		switch matches := byName[s]; len(matches) {
 		case 0:
 			return nil, api.NotFound(fmt.Errorf("%w %q (see `tribe nodes`)", ErrUnknownNode, s))
 		case 1:

@@ -357,3 +357,31 @@ func TestFanOutReportsEveryTarget(t *testing.T) {
 		t.Fatalf("ok %d, failures %v; want 2 ok and 1 unreachable", oks, got)
 	}
 }
+
+// notJSON answers with bytes that are not JSON.
+type notJSON struct{}
+
+func (notJSON) Name() string      { return "bad" }
+func (notJSON) Version() string   { return "1" }
+func (notJSON) Kind() Kind        { return Processor }
+func (notJSON) Methods() []string { return []string{"x"} }
+func (notJSON) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage("{oops"), nil
+}
+
+func TestResultThatIsNotJSONFailsTheCall(t *testing.T) {
+	p := newPair(t, nil)
+	reg := NewRegistry()
+	reg.Register("bad", func(map[string]string) (Plugin, error) { return notJSON{}, nil })
+	in, err := reg.Load("bad", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.auth.mu.Lock()
+	p.auth.instances["bad"] = in
+	p.auth.mu.Unlock()
+	r := p.call(context.Background(), Request{Plugin: "bad", Method: "x"})
+	if r.OK || r.Code != CodeFailed || !strings.Contains(r.Error, "not JSON") {
+		t.Fatalf("got %+v", r)
+	}
+}

@@ -89,9 +89,6 @@ func (s *Server) Serve(ctx context.Context, caller peer.ID, req Request) Respons
 	}
 	result, err := inst.Invoke(ctx, req.Method, req.Args)
 	resp := Response{ID: req.ID, OK: err == nil, Result: result, Duration: time.Since(start)}
-	if len(result) > 0 && !json.Valid(result) {
-		resp.OK, resp.Result, err = false, nil, Errorf(CodeFailed, "plugin %s returned a result that is not JSON", req.Plugin)
-	}
 	if err == nil {
 		return resp
 	}
@@ -180,9 +177,10 @@ func (s *Server) reply(st network.Stream, resp Response) {
 		b, err = json.Marshal(resp)
 	}
 	if err != nil {
-		s.log.Error("encoding a call response", "err", err)
-		st.Reset()
-		return
+		// Only a result that is not JSON fails to encode.
+		s.log.Warn("a plugin returned a result that is not JSON", "err", err)
+		b, _ = json.Marshal(Response{ID: resp.ID, Code: CodeFailed, Duration: resp.Duration,
+			Error: "the plugin returned a result that is not JSON: " + err.Error()})
 	}
 	st.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := writeFrame(st, b); err != nil {

@@ -1,0 +1,203 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
+)
+
+// rawEcho is the baseline: a bare libp2p protocol on the same hosts that
+// echoes one length-prefixed message per stream, as a call does.
+const rawEcho = "/tribe-bench/echo/1"
+
+func serveRawEcho(s network.Stream) {
+	defer s.Close()
+	r := bufio.NewReader(s)
+	n, err := binary.ReadUvarint(r)
+	if err != nil || n > 1<<20 {
+		s.Reset()
+		return
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		s.Reset()
+		return
+	}
+	s.Write(append(binary.AppendUvarint(nil, n), b...))
+}
+
+func rawEchoCall(ctx context.Context, n *Node, to peer.ID, msg []byte) error {
+	s, err := n.host.NewStream(ctx, to, rawEcho)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if _, err := s.Write(append(binary.AppendUvarint(nil, uint64(len(msg))), msg...)); err != nil {
+		return err
+	}
+	s.CloseWrite()
+	r := bufio.NewReader(s)
+	l, err := binary.ReadUvarint(r)
+	if err != nil {
+		return err
+	}
+	_, err = io.ReadFull(r, make([]byte, l))
+	return err
+}
+
+// BenchmarkCallVsRawStream compares, between two real nodes on loopback in
+// one run, a plugin call (echo, through authorisation and the instance's
+// limits) with a raw libp2p stream that echoes the same bytes: latency of
+// sequential calls, and calls per second with 16 in flight. Targets:
+// latency at most 1.3x, rate at least 0.7x the raw stream's. "node" is the
+// whole of node.Call (target resolution, fan-out, result); "proto" is the
+// protocol alone (plugins.Call).
+func BenchmarkCallVsRawStream(b *testing.B) {
+	ca := loopbackConfig(&testing.T{}, "a")
+	ca.DataDir = b.TempDir()
+	a, err := New(ca, Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	cb := loopbackConfig(&testing.T{}, "b")
+	cb.DataDir = b.TempDir()
+	for _, s := range p2pAddrs(a.ID(), a.Host().Addrs()) {
+		if strings.Contains(s, "/tcp/") {
+			cb.Join = []string{s}
+		}
+	}
+	bn, err := New(cb, Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bn.Close()
+	if err := bn.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	bn.Host().SetStreamHandler(rawEcho, serveRawEcho)
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(a.nodeRecords()) < 2 || len(bn.nodeRecords()) < 2 {
+		if time.Now().After(deadline) {
+			b.Fatal("nodes did not meet")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := a.CreateTribe(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.Join(ctx, "bench", []string{"a", "b"}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.LoadPlugin(ctx, "echo", "bench", nil); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		if _, ok := bn.plugins.get("bench", "echo"); ok && a.isMember("bench", bn.ID()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("b did not load echo")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	args := json.RawMessage(`{"payload":"` + strings.Repeat("x", 100) + `"}`)
+	raw := func() error { return rawEchoCall(ctx, a, bn.ID(), args) }
+	proto := func() error {
+		r := plugins.Call(ctx, a.host, bn.ID(), plugins.Request{ID: "x", Tribe: "bench", Plugin: "echo", Method: "echo", Args: args})
+		if !r.OK {
+			return &plugins.Error{Code: r.Code, Msg: r.Error}
+		}
+		return nil
+	}
+	whole := func() error {
+		var res api.CallResult
+		_, err := a.Call(ctx, api.CallRequest{Nodes: []string{bn.ID().String()}, Plugin: "echo", Method: "echo", Args: args},
+			func(r api.CallResult) { res = r })
+		if err == nil && !res.OK {
+			return &plugins.Error{Code: plugins.Code(res.Code), Msg: res.Error}
+		}
+		return err
+	}
+	const seq, par, inflight = 300, 2000, 16
+	sequential := func(f func() error) time.Duration {
+		start := time.Now()
+		for range seq {
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start) / seq
+	}
+	rate := func(f func() error) float64 {
+		var wg sync.WaitGroup
+		work := make(chan struct{}, par)
+		for range par {
+			work <- struct{}{}
+		}
+		close(work)
+		errs := make(chan error, inflight)
+		start := time.Now()
+		for range inflight {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range work {
+					if err := f(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		default:
+		}
+		return par / time.Since(start).Seconds()
+	}
+	// Warm up every path (connections, buffers), then alternate the kinds
+	// within each iteration so drift on a shared machine hits all alike.
+	sequential(raw)
+	sequential(proto)
+	sequential(whole)
+	var latRaw, latProto, latWhole time.Duration
+	var rateRaw, rateProto, rateWhole float64
+	b.ResetTimer()
+	for range b.N {
+		latRaw += sequential(raw)
+		latProto += sequential(proto)
+		latWhole += sequential(whole)
+		rateRaw += rate(raw)
+		rateProto += rate(proto)
+		rateWhole += rate(whole)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(latRaw.Microseconds())/n, "raw_us")
+	b.ReportMetric(float64(latProto.Microseconds())/n, "proto_us")
+	b.ReportMetric(float64(latWhole.Microseconds())/n, "node_us")
+	b.ReportMetric(float64(latProto)/float64(latRaw), "proto/raw_latency")
+	b.ReportMetric(float64(latWhole)/float64(latRaw), "node/raw_latency")
+	b.ReportMetric(rateRaw/n, "raw_calls/s")
+	b.ReportMetric(rateProto/rateRaw, "proto/raw_rate")
+	b.ReportMetric(rateWhole/rateRaw, "node/raw_rate")
+}

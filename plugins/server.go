@@ -32,6 +32,10 @@ const (
 	writeTimeout = 10 * time.Second
 )
 
+// watchAfter is how long a call runs before the callee starts watching
+// for the caller's reset and sending heartbeats.
+const watchAfter = 20 * time.Millisecond
+
 // Server is the callee side of /tribe/call/1.0.0.
 type Server struct {
 	host host.Host
@@ -132,26 +136,34 @@ func (s *Server) handle(st network.Stream) {
 
 	ctx, cancel := context.WithTimeout(s.ctx, req.Timeout())
 	defer cancel()
-	// The caller closed its side after the request: anything but a clean
-	// end of stream (a reset, more bytes) means it gave up.
-	go func() {
-		var one [1]byte
-		if _, err := st.Read(one[:]); err != io.EOF {
-			cancel()
-		}
-	}()
-
+	// Calls that end quickly (most) need no helpers; one still running
+	// after watchAfter gets a watcher that cancels it when the caller goes
+	// away (it closed its side after the request, so anything but a clean
+	// end of stream means it gave up) and heartbeats that tell the caller
+	// this node is still at it.
 	var wmu sync.Mutex
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
+	finished := false
+	watch := time.AfterFunc(watchAfter, func() {
+		go func() {
+			var one [1]byte
+			if _, err := st.Read(one[:]); err != io.EOF {
+				cancel()
+			}
+		}()
+		go func() {
+			t := time.NewTicker(heartbeat)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
 				wmu.Lock()
+				if finished {
+					wmu.Unlock()
+					return
+				}
 				st.SetWriteDeadline(time.Now().Add(writeTimeout))
 				err := writeFrame(st, nil)
 				wmu.Unlock()
@@ -160,12 +172,13 @@ func (s *Server) handle(st network.Stream) {
 					return
 				}
 			}
-		}
-	}()
+		}()
+	})
 	resp := s.Serve(ctx, caller, req)
-	close(done)
+	watch.Stop()
 	wmu.Lock()
 	defer wmu.Unlock()
+	finished = true
 	s.reply(st, resp)
 }
 

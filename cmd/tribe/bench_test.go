@@ -2,13 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tribeagent/tribe/node/api"
 )
 
 // idleSettle is how long agents idle before their memory is read: long
@@ -121,4 +125,100 @@ func memOf(b *testing.B, pid int) (rss, pss float64) {
 		}
 	}
 	return rss, pss
+}
+
+// BenchmarkFanOut25Agents runs 25 agent processes on loopback; the first
+// puts all 25 in tribe f25 and 5 of them in f5 and loads echo in both.
+// Through its API (as `tribe call` does) it then calls, alternately in
+// the same run: one member alone, every member of f5, every member of f25.
+// Reported: the time until the last answer, and the fan-outs' ratios to
+// the single call (target for 25: at most 5x).
+func BenchmarkFanOut25Agents(b *testing.B) {
+	const n = 25
+	agents := make([]*agentProc, n)
+	agents[0] = newAgent(b, "f0")
+	agents[0].start()
+	seed := agents[0].tcpJoin()
+	for j := 1; j < n; j++ {
+		agents[j] = newAgent(b, fmt.Sprintf("f%d", j), "--join", seed)
+		agents[j].start()
+	}
+	c := api.NewClient(filepath.Join(agents[0].dir, api.SocketName))
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		nodes, err := c.Nodes(ctx, "")
+		if err == nil && len(nodes) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the first agent knows %d of %d nodes", len(nodes), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var all []string
+	for _, a := range agents {
+		all = append(all, a.name)
+	}
+	for tribe, members := range map[string][]string{"f25": all, "f5": all[1:6]} {
+		if _, err := c.CreateTribe(ctx, tribe); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Join(ctx, tribe, members); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.LoadPlugin(ctx, "echo", tribe, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for {
+		ps, err := c.Plugins(ctx, "")
+		loaded := 0
+		for _, p := range ps {
+			for _, pn := range p.Nodes {
+				if pn.State == "loaded" {
+					loaded++
+				}
+			}
+		}
+		if err == nil && loaded == n+5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("echo loaded on %d of %d members", loaded, n+5)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	call := func(req api.CallRequest) time.Duration {
+		req.Plugin, req.Method, req.Args = "echo", "echo", []byte(`{"ping":1}`)
+		start := time.Now()
+		sum, err := c.Call(ctx, req, func(api.CallResult) {})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if sum.Answered != sum.Targets {
+			b.Fatalf("%+v: not every member answered", sum)
+		}
+		return time.Since(start)
+	}
+	one := api.CallRequest{Nodes: []string{"f1"}}
+	f5 := api.CallRequest{Tribes: []string{"f5"}}
+	f25 := api.CallRequest{Tribes: []string{"f25"}}
+	call(f25) // every member connected once
+	const rounds = 20
+	var single, fan5, fan25 time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for range rounds {
+			single += call(one)
+			fan5 += call(f5)
+			fan25 += call(f25)
+		}
+	}
+	r := float64(rounds * b.N)
+	b.ReportMetric(float64(single.Microseconds())/1000/r, "one_ms")
+	b.ReportMetric(float64(fan5.Microseconds())/1000/r, "fan5_ms")
+	b.ReportMetric(float64(fan25.Microseconds())/1000/r, "fan25_ms")
+	b.ReportMetric(float64(fan5)/float64(single), "fan5/one")
+	b.ReportMetric(float64(fan25)/float64(single), "fan25/one")
 }

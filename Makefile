@@ -38,10 +38,13 @@ fuzz:
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzSyncMessages$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
 
 # Speed and memory, as ratios measured side by side in one run.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./gossip ./policy
+	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./gossip ./policy ./node
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./sim
 
 lint:

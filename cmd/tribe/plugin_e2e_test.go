@@ -183,3 +183,31 @@ func TestCallExecOnATribe(t *testing.T) {
 		t.Fatalf("after killing s3 mid-call: %+v", got)
 	}
 }
+
+func TestCallAndPluginUsageErrors(t *testing.T) {
+	dir := shortTempDir(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"call", "echo", "echo"}, "--tribe T or --node N"},
+		{[]string{"call", "--node", "a", "echo"}, "PLUGIN METHOD [JSON]"},
+		{[]string{"call", "--node", "a", "echo", "echo", "{bad"}, "not valid JSON"},
+		{[]string{"call", "--node", "a", "--timeout", "soon", "echo", "echo"}, "timeout"},
+		{[]string{"plugin", "load", "--tribe", "t"}, "one plugin name"},
+		{[]string{"plugin", "load", "echo"}, "tribe"},
+		{[]string{"plugin", "load", "echo", "--tribe", "t", "--config", "novalue"}, "key=value"},
+		{[]string{"plugin", "unload", "echo"}, "tribe"},
+		{[]string{"agent", "--exec", "nocommand"}, "NAME=COMMAND"},
+	} {
+		_, stderr, code := tribe(append(c.args, "--data-dir", dir)...)
+		if code != 2 || !strings.Contains(stderr, c.want) || !strings.HasPrefix(stderr, "tribe: ") {
+			t.Errorf("tribe %v: exit %d, %q; want exit 2 mentioning %q", c.args, code, stderr, c.want)
+		}
+	}
+	// With no agent running, a well-formed call says so and exits 1.
+	_, stderr, code := tribe("call", "--node", "a", "echo", "echo", "--data-dir", dir)
+	if code != 1 || !strings.Contains(stderr, "no agent running") {
+		t.Fatalf("call without an agent: exit %d, %q", code, stderr)
+	}
+}

@@ -58,6 +58,12 @@ func TestCallExecOnATribe(t *testing.T) {
 	admin.args = append(admin.args, "--trusted", adminID)
 	admin.start()
 	seed := admin.tcpJoin()
+	// Each host defines "uptime" in its own config: uptime(1) where procps
+	// is installed, else the kernel's own counter.
+	uptimeCmd, uptimeSays := "uptime=uptime", "load average"
+	if _, err := exec.LookPath("uptime"); err != nil {
+		uptimeCmd, uptimeSays = "uptime=cat /proc/uptime", "."
+	}
 	marks := t.TempDir()
 	var storage []*agentProc
 	for i := 1; i <= 3; i++ {
@@ -71,9 +77,9 @@ func TestCallExecOnATribe(t *testing.T) {
       argv: ["sh", "-c", "touch %s/%s; sleep 3; echo done"]
 `, marks, name)), 0o600)
 		storage = append(storage, newAgent(t, name, "--join", seed, "--trusted", adminID, "--config", cfg,
-			"--fact", "storage_tier=true", "--exec", "uptime=uptime"))
+			"--fact", "storage_tier=true", "--exec", uptimeCmd))
 	}
-	o4 := newAgent(t, "o4", "--join", seed, "--trusted", adminID, "--exec", "uptime=uptime")
+	o4 := newAgent(t, "o4", "--join", seed, "--trusted", adminID, "--exec", uptimeCmd)
 	o5 := newAgent(t, "o5", "--join", seed, "--trusted", adminID)
 	all := append([]*agentProc{admin, o4, o5}, storage...)
 	for _, a := range all[1:] {
@@ -128,7 +134,7 @@ func TestCallExecOnATribe(t *testing.T) {
 		}
 		r := got[s.name]
 		json.Unmarshal(r.Result, &res)
-		if !r.OK || r.Tribe != "storage" || !strings.Contains(res.Stdout, "load average") {
+		if !r.OK || r.Tribe != "storage" || !strings.Contains(res.Stdout, uptimeSays) {
 			t.Fatalf("%s answered %+v", s.name, r)
 		}
 	}

@@ -36,6 +36,11 @@ type Config struct {
 	Join []string
 	// MDNS turns on mDNS discovery on the local network.
 	MDNS bool
+	// DHT runs the private Kademlia DHT and finds peers by rendezvous
+	// through it. Off, a node knows only its --join peers, mDNS finds and
+	// remembered peers (the simulator turns it off for its sparse
+	// 1,000-node clusters).
+	DHT bool
 	// SwarmKeyFile, when set, makes the node part of a private network:
 	// only nodes with the same key can connect (TCP only; QUIC refuses it).
 	SwarmKeyFile string
@@ -99,6 +104,7 @@ func DefaultConfig() Config {
 	return Config{
 		Cluster:           "tribe",
 		MDNS:              true,
+		DHT:               true,
 		API:               true,
 		TargetPeers:       8,
 		ConnLow:           64,

@@ -57,11 +57,16 @@ func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 // record fresh. It checks every DiscoveryInterval while short of peers, ten
 // times less often otherwise, and every second while it knows no DHT peer.
 func (n *Node) discoveryLoop() {
-	disc := drouting.NewRoutingDiscovery(n.dht)
+	var disc *drouting.RoutingDiscovery
+	tableSize := func() int { return 0 }
+	if n.dht != nil {
+		disc = drouting.NewRoutingDiscovery(n.dht)
+		tableSize = func() int { return n.dht.RoutingTable().Size() }
+	}
 	ns := rendezvous(n.cfg.Cluster)
 	var nextAdvertise time.Time
 	for {
-		if n.dht.RoutingTable().Size() > 0 && !n.now().Before(nextAdvertise) {
+		if tableSize() > 0 && !n.now().Before(nextAdvertise) {
 			ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 			if _, err := disc.Advertise(ctx, ns); err != nil {
 				n.log.Debug("rendezvous: advertise", "err", err)
@@ -75,12 +80,12 @@ func (n *Node) discoveryLoop() {
 		if short {
 			n.dialAll(n.remembered.due(n.now(), n.isConnected), true)
 		}
-		if short && n.dht.RoutingTable().Size() > 0 {
+		if short && tableSize() > 0 {
 			n.findPeers(disc, ns)
 		}
 		wait := n.cfg.DiscoveryInterval
 		switch {
-		case n.dht.RoutingTable().Size() == 0:
+		case n.dht != nil && tableSize() == 0:
 			// Nothing to ask yet: look again soon, so the first peer
 			// (a join, mDNS) leads to the rest without a long wait.
 			wait = min(wait, emptyTableRecheck)

@@ -297,13 +297,15 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.replica.Trust().Open() {
 		n.log.Warn("no trust list: every peer that can connect may write tribe state (set --trusted, and a swarm key)")
 	}
-	n.dht, err = dht.New(n.host,
-		dht.Mode(dht.ModeServer),
-		dht.ProtocolPrefix("/tribe"),
-		dht.BootstrapPeers(n.joins...),
-	)
-	if err != nil {
-		return fmt.Errorf("node: dht: %w", err)
+	if n.cfg.DHT {
+		n.dht, err = dht.New(n.host,
+			dht.Mode(dht.ModeServer),
+			dht.ProtocolPrefix("/tribe"),
+			dht.BootstrapPeers(n.joins...),
+		)
+		if err != nil {
+			return fmt.Errorf("node: dht: %w", err)
+		}
 	}
 	if n.cfg.MDNS {
 		n.mdns = mdns.NewMdnsService(n.host, mdnsServiceName(n.cfg.Cluster), mdnsNotifee{n})

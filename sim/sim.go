@@ -48,6 +48,12 @@ type Config struct {
 	// Joins is how many earlier nodes each node is told to --join
 	// (default 1).
 	Joins int
+	// Sparse links each node only to the nodes it joins (and they to it)
+	// instead of all to all, and turns the nodes' DHT off: the join graph
+	// is the cluster. For 1,000-node benchmarks of what spreads over
+	// connections (state, calls), where the N² mock links and N DHTs of a
+	// full cluster do not fit one process; discovery is not under test.
+	Sparse bool
 	// Dir holds the nodes' data dirs; empty means a temporary dir that
 	// Close removes.
 	Dir string
@@ -135,13 +141,21 @@ func New(cfg Config) (*Sim, error) {
 		}
 		s.members = append(s.members, m)
 	}
-	if err := s.mn.LinkAll(); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("sim: link: %w", err)
+	if !cfg.Sparse {
+		if err := s.mn.LinkAll(); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sim: link: %w", err)
+		}
 	}
 	for i, m := range s.members {
 		for _, j := range pickJoins(rng, i, cfg.Joins) {
 			m.cfg.Join = append(m.cfg.Join, s.members[j].p2pAddr())
+			if cfg.Sparse {
+				if _, err := s.mn.LinkPeers(m.id, s.members[j].id); err != nil {
+					s.Close()
+					return nil, fmt.Errorf("sim: link: %w", err)
+				}
+			}
 		}
 		for _, j := range cfg.Trusted {
 			m.cfg.Trusted = append(m.cfg.Trusted, s.members[j].id.String())
@@ -181,6 +195,7 @@ func (s *Sim) newMember(i int, rng *rand.Rand) (*member, error) {
 	cfg.SyncInterval = max(cfg.SyncInterval, time.Duration(s.cfg.Nodes)*100*time.Millisecond)
 	cfg.Name = fmt.Sprintf("n%d", i)
 	cfg.DataDir = filepath.Join(s.dir, cfg.Name)
+	cfg.DHT = !s.cfg.Sparse
 	if s.cfg.Tune != nil {
 		s.cfg.Tune(i, &cfg)
 	}

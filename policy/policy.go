@@ -19,6 +19,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/interpreter"
 )
 
 // CostLimit bounds one evaluation (CEL's abstract cost units): enough for
@@ -68,6 +69,18 @@ func Compile(expr string) (*Program, error) {
 	if len(expr) > MaxExprLen {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrCompile, len(expr), MaxExprLen)
 	}
+	if p := cache.get(expr); p != nil {
+		return p, nil
+	}
+	p, err := compile(expr)
+	if err != nil {
+		return nil, err
+	}
+	cache.put(p)
+	return p, nil
+}
+
+func compile(expr string) (*Program, error) {
 	e, err := celEnv()
 	if err != nil {
 		return nil, fmt.Errorf("policy: CEL environment: %w", err)
@@ -95,6 +108,38 @@ func Compile(expr string) (*Program, error) {
 	return &Program{Expr: expr, prg: prg}, nil
 }
 
+// cache shares compiled programs by expression text across the process.
+// Parsing, type-checking and estimating the cost of an expression take a
+// few hundred microseconds; a Program is immutable and a cel.Program safe
+// for concurrent use, so every reader of the same text (the nodes of a
+// simulation, the node that creates a policy and then evaluates it, a
+// repeated `nodes --where`) can share one. Refused expressions are not
+// kept.
+var cache = programCache{m: map[string]*Program{}}
+
+// maxCached bounds the cache; past it, it starts over.
+const maxCached = 1024
+
+type programCache struct {
+	mu sync.Mutex
+	m  map[string]*Program
+}
+
+func (c *programCache) get(expr string) *Program {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[expr]
+}
+
+func (c *programCache) put(p *Program) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxCached {
+		clear(c.m)
+	}
+	c.m[p.Expr] = p
+}
+
 // maxFactsSize bounds the size of any list, map or string among a node's
 // facts: they travel in the node's record, whose value is at most
 // gossip.MaxValueLen (64 KiB) bytes.
@@ -115,7 +160,7 @@ func (factsSizes) EstimateCallCost(string, string, *checker.AstNode, []checker.A
 // other runtime error (a type mismatch, the cost limit) is returned too.
 // Either way the policy does not match.
 func (p *Program) Eval(facts Facts) (bool, error) {
-	out, _, err := p.prg.Eval(map[string]any{"facts": map[string]any(facts)})
+	out, _, err := p.prg.Eval(activation{facts})
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
 			return false, fmt.Errorf("%w: %v", ErrMissingFact, err)
@@ -128,6 +173,20 @@ func (p *Program) Eval(facts Facts) (bool, error) {
 	}
 	return b, nil
 }
+
+// activation binds the variable `facts`. Unlike a map[string]any it costs
+// no allocation per evaluation: the struct is one map pointer wide, so it
+// fits in the interface as is.
+type activation struct{ facts Facts }
+
+func (a activation) ResolveName(name string) (any, bool) {
+	if name == "facts" {
+		return map[string]any(a.facts), true
+	}
+	return nil, false
+}
+
+func (activation) Parent() interpreter.Activation { return nil }
 
 // Policy names a tribe that hosts matching Expr belong in.
 type Policy struct {

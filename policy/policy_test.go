@@ -122,6 +122,34 @@ func TestEvalRuntimeErrorsAreNoMatch(t *testing.T) {
 	}
 }
 
+// Compiled programs are shared by expression text, across goroutines;
+// refused expressions are not kept.
+func TestCompileSharesPrograms(t *testing.T) {
+	const expr = `facts.rack == 41 && facts.zone == "shared"`
+	progs := make(chan *Program, 8)
+	for range cap(progs) {
+		go func() {
+			p, err := Compile(expr)
+			if err != nil {
+				t.Error(err)
+			}
+			progs <- p
+		}()
+	}
+	for range cap(progs) {
+		p := <-progs
+		if ok, err := p.Eval(Facts{"rack": int64(41), "zone": "shared"}); !ok || err != nil {
+			t.Errorf("shared program: %v, %v", ok, err)
+		}
+	}
+	if again, _ := Compile(expr); again != cache.get(expr) || again == nil {
+		t.Errorf("a compiled expression is not served from the cache")
+	}
+	if _, err := Compile(`facts.`); err == nil || cache.get(`facts.`) != nil {
+		t.Errorf("refused expression: err %v, cached %v", err, cache.get(`facts.`) != nil)
+	}
+}
+
 func TestDesired(t *testing.T) {
 	policies := []Policy{
 		{Name: "storage", Tribe: "storage", Expr: `facts.storage_tier == true`},

@@ -110,8 +110,6 @@ type Node struct {
 
 	collectFacts func(context.Context) (policy.Facts, error)
 	facts        factsState
-	progMu       sync.Mutex
-	progs        map[string]cachedProgram // compiled policies by expression
 	reconcileCh  chan struct{}
 
 	registry *plugins.Registry
@@ -139,7 +137,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(),
-		collectFacts: deps.Facts, progs: map[string]cachedProgram{}, reconcileCh: make(chan struct{}, 1)}
+		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1)}
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect
 	}

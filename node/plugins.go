@@ -113,7 +113,14 @@ func (n *Node) pluginLoop() {
 		default:
 		}
 	}
-	cancel := n.replica.Watch(tribesPrefix, poke)
+	// Only plugin entries and this node's own memberships change what it
+	// runs; other members' comings and goings do not.
+	self := "/members/" + n.host.ID().String() + "/"
+	cancel := n.replica.Watch(tribesPrefix, func(c gossip.Change) {
+		if strings.Contains(c.Key, "/plugins/") || strings.Contains(c.Key, self) {
+			poke(c)
+		}
+	})
 	defer cancel()
 	poke(gossip.Change{})
 	for {
@@ -263,6 +270,11 @@ func (n *Node) LoadPlugin(ctx context.Context, name, tribe string, config map[st
 	}
 	if !gossip.ValidName(name) {
 		return api.Plugin{}, api.BadRequest(fmt.Errorf("plugin name %q: use lower-case letters, digits, '.', '_' or '-'", name))
+	}
+	// Whether this node may write it at all comes first: the answer does
+	// not depend on how much of the state it has seen yet.
+	if err := n.replica.Trust().Authorize(pluginKey(tribe, name), n.host.ID()); err != nil {
+		return api.Plugin{}, writeErr(err)
 	}
 	if _, ok := n.tribes()[tribe]; !ok {
 		return api.Plugin{}, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, tribe))

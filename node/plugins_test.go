@@ -103,6 +103,7 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	if _, err := admin.Join(ctx, "t", []string{"b", "c"}); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "d to see tribe t", func() bool { _, ok := d.tribes()["t"]; return ok })
 	// Only trusted writers load plugins; unknown plugins and bad config
 	// are refused before anything is written.
 	if _, err := d.LoadPlugin(ctx, "echo", "t", nil); err == nil || !strings.Contains(err.Error(), "trusted writer") {

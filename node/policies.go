@@ -102,30 +102,14 @@ func (n *Node) policies() []policy.Policy {
 	return out
 }
 
-// compiled attaches a cached program to p.
+// compiled attaches p's program (policy.Compile shares compiled programs
+// across the process); a policy that does not compile here is returned
+// as is, and Evaluate reports its error.
 func (n *Node) compiled(p policy.Policy) policy.Policy {
-	n.progMu.Lock()
-	defer n.progMu.Unlock()
-	if cp, ok := n.progs[p.Expr]; ok {
-		return cp.withName(p)
+	if cp, err := p.WithProgram(); err == nil {
+		return cp
 	}
-	cp, err := p.WithProgram()
-	if err != nil {
-		return p // Evaluate reports the compile error
-	}
-	if len(n.progs) > 1024 {
-		clear(n.progs)
-	}
-	n.progs[p.Expr] = cachedProgram{cp}
-	return cp
-}
-
-type cachedProgram struct{ p policy.Policy }
-
-func (c cachedProgram) withName(p policy.Policy) policy.Policy {
-	q := c.p
-	q.Name, q.Tribe = p.Name, p.Tribe
-	return q
+	return p
 }
 
 func (n *Node) triggerReconcile() {

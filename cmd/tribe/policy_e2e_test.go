@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,4 +116,36 @@ func TestPolicyFormsATribeFromFacts(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// SIGHUP re-reads the facts file: a host whose file changes joins the
+// tribe its policy names, without a restart.
+func TestSIGHUPRereadsFactsFile(t *testing.T) {
+	facts := filepath.Join(t.TempDir(), "facts.yaml")
+	if err := os.WriteFile(facts, []byte("storage_tier: false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := newAgent(t, "h1", "--facts-file", facts)
+	a.start()
+	if _, stderr, code := tribe("policy", "create", "storage", "--tribe", "storage", "facts.storage_tier == true", "--data-dir", a.dir); code != 0 {
+		t.Fatalf("policy create: %s", stderr)
+	}
+	if err := os.WriteFile(facts, []byte("storage_tier: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd.Process.Signal(syscall.SIGHUP)
+	waitUntil(t, 30*time.Second, "h1 to join storage after SIGHUP", func() bool {
+		_, _, code := tribe("show", "storage", "--data-dir", a.dir)
+		if code != 0 {
+			return false
+		}
+		var tr api.Tribe
+		a.cliJSON(&tr, "show", "storage")
+		return len(tr.Members) == 1 && tr.Members[0].Name == "h1"
+	})
+	var f map[string]any
+	a.cliJSON(&f, "facts")
+	if f["storage_tier"] != true {
+		t.Fatalf("facts after SIGHUP: %v", f["storage_tier"])
+	}
 }

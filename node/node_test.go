@@ -27,15 +27,7 @@ func loopbackConfig(t *testing.T, name string) Config {
 
 func startNode(t *testing.T, c Config) *Node {
 	t.Helper()
-	n, err := New(c, Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	if err := n.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return startNodeDeps(t, c, Deps{})
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

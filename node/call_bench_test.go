@@ -65,40 +65,13 @@ func rawEchoCall(ctx context.Context, n *Node, to peer.ID, msg []byte) error {
 // whole of node.Call (target resolution, fan-out, result); "proto" is the
 // protocol alone (plugins.Call).
 func BenchmarkCallVsRawStream(b *testing.B) {
-	ca := loopbackConfig(&testing.T{}, "a")
-	ca.DataDir = b.TempDir()
-	a, err := New(ca, Deps{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
-	if err := a.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	cb := loopbackConfig(&testing.T{}, "b")
-	cb.DataDir = b.TempDir()
-	for _, s := range p2pAddrs(a.ID(), a.Host().Addrs()) {
-		if strings.Contains(s, "/tcp/") {
-			cb.Join = []string{s}
-		}
-	}
-	bn, err := New(cb, Deps{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bn.Close()
-	if err := bn.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	a := startNode(b, loopbackConfig(b, "a"))
+	cb := loopbackConfig(b, "b")
+	cb.Join = []string{tcpAddr(a)}
+	bn := startNode(b, cb)
 	bn.Host().SetStreamHandler(rawEcho, serveRawEcho)
 	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(a.nodeRecords()) < 2 || len(bn.nodeRecords()) < 2 {
-		if time.Now().After(deadline) {
-			b.Fatal("nodes did not meet")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(b, "a and b to know each other", func() bool { return len(a.nodeRecords()) == 2 && len(bn.nodeRecords()) == 2 })
 	if _, err := a.CreateTribe(ctx, "bench"); err != nil {
 		b.Fatal(err)
 	}
@@ -108,15 +81,10 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 	if _, err := a.LoadPlugin(ctx, "echo", "bench", nil); err != nil {
 		b.Fatal(err)
 	}
-	for {
-		if _, ok := bn.plugins.get("bench", "echo"); ok && a.isMember("bench", bn.ID()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("b did not load echo")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(b, "b to load echo", func() bool {
+		_, ok := bn.plugins.get("bench", "echo")
+		return ok && a.isMember("bench", bn.ID())
+	})
 
 	args := json.RawMessage(`{"payload":"` + strings.Repeat("x", 100) + `"}`)
 	raw := func() error { return rawEchoCall(ctx, a, bn.ID(), args) }

@@ -15,7 +15,7 @@ import (
 )
 
 // loopbackConfig is a real agent's config on loopback with mDNS off.
-func loopbackConfig(t *testing.T, name string) Config {
+func loopbackConfig(t testing.TB, name string) Config {
 	c := DefaultConfig()
 	c.Name = name
 	c.DataDir = t.TempDir()
@@ -25,12 +25,22 @@ func loopbackConfig(t *testing.T, name string) Config {
 	return c
 }
 
-func startNode(t *testing.T, c Config) *Node {
+func startNode(t testing.TB, c Config) *Node {
 	t.Helper()
 	return startNodeDeps(t, c, Deps{})
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// tcpAddr is n's full TCP address, for --join.
+func tcpAddr(n *Node) string {
+	for _, s := range p2pAddrs(n.ID(), n.Host().Addrs()) {
+		if strings.Contains(s, "/tcp/") {
+			return s
+		}
+	}
+	return ""
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
@@ -44,11 +54,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestTwoRealNodesJoinAndNameEachOther(t *testing.T) {
 	a := startNode(t, loopbackConfig(t, "a"))
 	cb := loopbackConfig(t, "b")
-	for _, s := range p2pAddrs(a.ID(), a.Host().Addrs()) {
-		if strings.Contains(s, "/tcp/") {
-			cb.Join = append(cb.Join, s)
-		}
-	}
+	cb.Join = []string{tcpAddr(a)}
 	b := startNode(t, cb)
 	waitFor(t, "a and b to see each other", func() bool {
 		return len(a.ConnectedPeers()) == 1 && len(b.ConnectedPeers()) == 1

@@ -26,7 +26,7 @@ func identity(t *testing.T, c Config) peer.ID {
 	return id
 }
 
-func startNodeDeps(t *testing.T, c Config, deps Deps) *Node {
+func startNodeDeps(t testing.TB, c Config, deps Deps) *Node {
 	t.Helper()
 	n, err := New(c, deps)
 	if err != nil {
@@ -71,12 +71,7 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	adminID := identity(t, ca)
 	ca.Trusted = []string{adminID.String()}
 	admin := startNode(t, ca)
-	seed := ""
-	for _, s := range p2pAddrs(admin.ID(), admin.Host().Addrs()) {
-		if strings.Contains(s, "/tcp/") {
-			seed = s
-		}
-	}
+	seed := tcpAddr(admin)
 	start := func(name string, deps Deps) *Node {
 		c := loopbackConfig(t, name)
 		c.Trusted, c.Join = ca.Trusted, []string{seed}

@@ -44,6 +44,8 @@ type loadedPlugin struct {
 	config map[string]string
 	inst   *plugins.Instance // nil when loading failed
 	err    error
+	// unreadable: err is about the entry itself, not this host's plugin
+	unreadable bool
 }
 
 // pluginSet is the node's loaded plugins by "<tribe>/<plugin>".
@@ -137,8 +139,16 @@ func (n *Node) pluginLoop() {
 	}
 }
 
-// wantedPlugins reads from the state what this node should run.
-func (n *Node) wantedPlugins() map[string]pluginRecord {
+// wantedPlugin is a plugin entry this node should run, or why its entry
+// cannot be read (then it is reported as a load error, not skipped).
+type wantedPlugin struct {
+	config map[string]string
+	err    error
+}
+
+// wantedPlugins reads from the state what this node should run, by
+// "<tribe>/<plugin>".
+func (n *Node) wantedPlugins() map[string]wantedPlugin {
 	self := n.host.ID().String()
 	member := map[string]bool{}
 	var entries []*gossip.Signed
@@ -151,19 +161,19 @@ func (n *Node) wantedPlugins() map[string]pluginRecord {
 			entries = append(entries, e)
 		}
 	}
-	want := map[string]pluginRecord{}
+	want := map[string]wantedPlugin{}
 	for _, e := range entries {
 		segs := strings.Split(e.Key, "/")
 		if !member[segs[1]] {
 			continue
 		}
 		var rec pluginRecord
+		var w wantedPlugin
 		if err := json.Unmarshal(e.Value, &rec); err != nil {
-			// Written by a trusted writer but unreadable here: a load
-			// error this node reports rather than a silent skip.
-			rec.Config = map[string]string{"\x00bad": err.Error()}
+			w.err = fmt.Errorf("unreadable plugin entry: %w", err)
 		}
-		want[segs[1]+"/"+segs[3]] = rec
+		w.config = rec.Config
+		want[segs[1]+"/"+segs[3]] = w
 	}
 	return want
 }
@@ -177,8 +187,8 @@ func (n *Node) syncPlugins() bool {
 	defer s.mu.Unlock()
 	changed := false
 	for k, l := range s.loaded {
-		if rec, ok := want[k]; ok && maps.Equal(rec.Config, l.config) {
-			continue
+		if w, ok := want[k]; ok && maps.Equal(w.config, l.config) && (w.err != nil) == l.unreadable {
+			continue // the same entry gives the same outcome
 		}
 		if l.inst != nil {
 			l.inst.Close()
@@ -192,10 +202,8 @@ func (n *Node) syncPlugins() bool {
 			continue
 		}
 		tribe, name, _ := strings.Cut(k, "/")
-		l := &loadedPlugin{config: want[k].Config}
-		if bad, ok := l.config["\x00bad"]; ok {
-			l.err = fmt.Errorf("unreadable plugin entry: %s", bad)
-		} else {
+		l := &loadedPlugin{config: want[k].config, err: want[k].err, unreadable: want[k].err != nil}
+		if l.err == nil {
 			l.inst, l.err = n.registry.Load(name, tribe, l.config)
 		}
 		s.loaded[k] = l
@@ -221,45 +229,38 @@ func (n *Node) isMember(tribe string, id peer.ID) bool {
 
 // Authorize implements plugins.Authorizer: the plugin must be loaded here
 // in a tribe both this node and the caller belong to, or the caller must
-// be a trusted writer.
+// be a trusted writer. A call without a tribe may use any tribe in which
+// this node has the plugin.
 func (n *Node) Authorize(caller peer.ID, req plugins.Request) (*plugins.Instance, error) {
 	tribes := []string{req.Tribe}
 	if req.Tribe == "" {
 		tribes = n.plugins.byName(req.Plugin)
 	}
 	trusted := n.replica.Trust().Trusted(caller)
-	var loadErr error
+	var found *loadedPlugin
 	for _, t := range tribes {
 		l, ok := n.plugins.get(t, req.Plugin)
 		if !ok {
 			continue
 		}
-		if l.err != nil {
-			loadErr = l.err
-			continue
-		}
-		if trusted || n.isMember(t, caller) {
+		if l.err == nil && (trusted || n.isMember(t, caller)) {
 			return l.inst, nil
+		}
+		if found == nil || found.err == nil {
+			found = l // a load error explains more than a refusal
 		}
 	}
 	switch {
-	case loadErr != nil:
-		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s failed to load on this node: %v", req.Plugin, loadErr)
-	case req.Tribe != "" && !n.isMember(req.Tribe, n.host.ID()):
+	case found != nil && found.err != nil:
+		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s failed to load on this node: %v", req.Plugin, found.err)
+	case found != nil:
+		return nil, plugins.Errorf(plugins.CodeUnauthorized, "%s is not a trusted writer and shares no tribe with this node in which %s is loaded", caller, req.Plugin)
+	case req.Tribe == "":
+		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s is not loaded on this node in any tribe", req.Plugin)
+	case !n.isMember(req.Tribe, n.host.ID()):
 		return nil, plugins.Errorf(plugins.CodeNotLoaded, "this node is not a member of tribe %q", req.Tribe)
-	case len(tribes) == 0 || req.Tribe != "" && !n.hasLoaded(req.Tribe, req.Plugin):
-		where := "in any tribe"
-		if req.Tribe != "" {
-			where = "in tribe " + req.Tribe
-		}
-		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s is not loaded on this node %s", req.Plugin, where)
 	}
-	return nil, plugins.Errorf(plugins.CodeUnauthorized, "%s is not a trusted writer and shares no tribe with this node in which %s is loaded", caller, req.Plugin)
-}
-
-func (n *Node) hasLoaded(tribe, name string) bool {
-	_, ok := n.plugins.get(tribe, name)
-	return ok
+	return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s is not loaded on this node in tribe %s", req.Plugin, req.Tribe)
 }
 
 // LoadPlugin implements api.Agent. The config is tried on this node

@@ -171,4 +171,12 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	if _, err := admin.UnloadPlugin(ctx, "echo", "t"); err == nil {
 		t.Fatal("unloading twice succeeded")
 	}
+	// An entry a member cannot read is a load error it reports, not a
+	// silent skip.
+	if _, err := admin.replica.Put(ctx, pluginKey("t", "sys"), []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c to report the unreadable entry", func() bool {
+		return strings.Contains(c.plugins.status()["t/sys"].Error, "unreadable plugin entry")
+	})
 }

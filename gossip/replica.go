@@ -116,9 +116,14 @@ func (r *Replica) Start(ps *pubsub.PubSub) error {
 	if r.sub, err = t.Subscribe(); err != nil {
 		return fmt.Errorf("gossip: subscribe: %w", err)
 	}
+	joins, err := t.EventHandler()
+	if err != nil {
+		return fmt.Errorf("gossip: topic events: %w", err)
+	}
 	r.h.SetStreamHandler(SyncProtocol, r.serveSync)
 	r.spawn(r.receive)
-	r.spawn(r.antiEntropy)
+	r.spawn(func() { r.pullOnJoin(joins) })
+	r.spawn(r.pullPeriodically)
 	r.spawn(r.collect)
 	return nil
 }

@@ -130,42 +130,31 @@ func (r *Replica) applyFetched(raws [][]byte) int {
 	return r.applyRemote(ok)
 }
 
-// antiEntropy pulls from each peer as it joins the state topic, and from
-// a random connected peer every SyncInterval. Pulling on topic join rather
-// than on connect closes a gap: an entry written after the connect-time
-// sync but before pubsub knew the peer subscribed would reach it by
-// neither, until the next periodic sync.
-func (r *Replica) antiEntropy() {
-	events, err := r.topic.EventHandler()
-	if err != nil {
-		r.log.Error("sync: topic events", "err", err)
-		return
-	}
+// pullOnJoin pulls from each peer as it joins the state topic. On topic
+// join rather than on connect: an entry written after the connect-time
+// sync but before pubsub knew the peer subscribed would otherwise reach it
+// by neither, until the next periodic sync.
+func (r *Replica) pullOnJoin(events *pubsub.TopicEventHandler) {
 	defer events.Cancel()
-	joined := make(chan peer.ID)
-	r.spawn(func() {
-		for {
-			ev, err := events.NextPeerEvent(r.ctx)
-			if err != nil {
-				return
-			}
-			if ev.Type == pubsub.PeerJoin {
-				select {
-				case joined <- ev.Peer:
-				case <-r.ctx.Done():
-					return
-				}
-			}
+	for {
+		ev, err := events.NextPeerEvent(r.ctx)
+		if err != nil {
+			return
 		}
-	})
+		if ev.Type == pubsub.PeerJoin {
+			r.spawn(func() { r.pull(ev.Peer) })
+		}
+	}
+}
+
+// pullPeriodically pulls from a random connected peer every SyncInterval.
+func (r *Replica) pullPeriodically() {
 	tick := time.NewTimer(r.jitter(r.cfg.SyncInterval))
 	defer tick.Stop()
 	for {
 		select {
 		case <-r.ctx.Done():
 			return
-		case p := <-joined:
-			r.spawn(func() { r.pull(p) })
 		case <-tick.C:
 			if p, ok := r.randomPeer(); ok {
 				r.spawn(func() { r.pull(p) })

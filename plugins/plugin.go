@@ -110,17 +110,21 @@ func (r *Registry) Load(name, tribe string, config map[string]string) (*Instance
 	if rest == nil {
 		rest = map[string]string{}
 	}
-	for key, dst := range map[string]*int{"concurrency": &opts.Concurrency, "queue": &opts.Queue} {
-		v, ok := rest[key]
+	for _, lim := range []struct {
+		key string
+		dst *int
+		min int
+	}{{"concurrency", &opts.Concurrency, 1}, {"queue", &opts.Queue, 0}} {
+		v, ok := rest[lim.key]
 		if !ok {
 			continue
 		}
-		delete(rest, key)
+		delete(rest, lim.key)
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1<<16 || (key == "concurrency" && n == 0) {
-			return nil, fmt.Errorf("plugins: load %s: %s=%q: want a whole number from %d to 65536", name, key, v, map[bool]int{true: 1, false: 0}[key == "concurrency"])
+		if err != nil || n < lim.min || n > 1<<16 {
+			return nil, fmt.Errorf("plugins: load %s: %s=%q: want a whole number from %d to 65536", name, lim.key, v, lim.min)
 		}
-		*dst = n
+		*lim.dst = n
 	}
 	p, err := f(rest)
 	if err != nil {

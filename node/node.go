@@ -56,9 +56,6 @@ import (
 // -ldflags "-X github.com/tribeagent/tribe/node.Version=...".
 var Version = "0.1.0-dev"
 
-// The built-in plugins are part of the agent: they carry its version.
-func init() { plugins.Version = Version }
-
 // Deps are the node's collaborators. Every field is optional.
 type Deps struct {
 	// Host replaces the host New would build from Config (the simulator
@@ -147,7 +144,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		if fileDir == "" {
 			fileDir = filepath.Join(cfg.DataDir, "files")
 		}
-		n.registry = plugins.Builtins(plugins.Env{Exec: cfg.Exec, FileDir: fileDir,
+		n.registry = plugins.Builtins(plugins.Env{Exec: cfg.Exec, FileDir: fileDir, Version: Version,
 			Facts: func(context.Context) (map[string]any, error) { return n.facts.get(), nil }})
 	}
 	if n.log == nil {

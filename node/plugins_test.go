@@ -123,6 +123,9 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 		if pn.Name == "c" && !strings.Contains(pn.Error, "unknown plugin") {
 			t.Fatalf("c's load error: %q", pn.Error)
 		}
+		if pn.Name == "b" && pn.Version != Version {
+			t.Fatalf("b runs echo version %q, want the agent's %q", pn.Version, Version)
+		}
 	}
 
 	echo := api.CallRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`{"hi":1}`)}

@@ -22,13 +22,16 @@ type Env struct {
 	// FileDir is where the file plugin writes; a tribe's config names a
 	// file inside it, never a path outside.
 	FileDir string
+	// Version is the built-ins' version: the agent's.
+	Version string
 }
 
 // Builtins returns a registry of the built-in plugins.
 func Builtins(env Env) *Registry {
 	r := NewRegistry()
-	r.Register("exec", func(cfg map[string]string) (Plugin, error) { return newExec(env.Exec, cfg) })
-	r.Register("sys", func(cfg map[string]string) (Plugin, error) { return newSys(cfg) })
+	v := version(env.Version)
+	r.Register("exec", func(cfg map[string]string) (Plugin, error) { return newExec(v, env.Exec, cfg) })
+	r.Register("sys", func(cfg map[string]string) (Plugin, error) { return newSys(v, cfg) })
 	r.Register("facts", func(cfg map[string]string) (Plugin, error) {
 		if err := noConfig(cfg); err != nil {
 			return nil, err
@@ -36,20 +39,22 @@ func Builtins(env Env) *Registry {
 		if env.Facts == nil {
 			return nil, fmt.Errorf("this host has no facts source")
 		}
-		return factsPlugin{env.Facts}, nil
+		return factsPlugin{v, env.Facts}, nil
 	})
 	r.Register("echo", func(cfg map[string]string) (Plugin, error) {
 		if err := noConfig(cfg); err != nil {
 			return nil, err
 		}
-		return echo{}, nil
+		return echo{v}, nil
 	})
-	r.Register("file", func(cfg map[string]string) (Plugin, error) { return newFile(env.FileDir, cfg) })
+	r.Register("file", func(cfg map[string]string) (Plugin, error) { return newFile(v, env.FileDir, cfg) })
 	return r
 }
 
-// Version of the built-ins: the agent's, set by the node at start.
-var Version = "0.1.0"
+// version gives a built-in its Version method: the agent's version.
+type version string
+
+func (v version) Version() string { return string(v) }
 
 // configKeys refuses keys other than allowed.
 func configKeys(cfg map[string]string, allowed ...string) error {
@@ -80,10 +85,9 @@ func decodeArgs(args json.RawMessage, v any) error {
 }
 
 // echo returns its arguments: for tests and benchmarks of the call path.
-type echo struct{}
+type echo struct{ version }
 
 func (echo) Name() string      { return "echo" }
-func (echo) Version() string   { return Version }
 func (echo) Kind() Kind        { return Processor }
 func (echo) Methods() []string { return []string{"echo"} }
 func (echo) Call(_ context.Context, _ string, args json.RawMessage) (json.RawMessage, error) {
@@ -95,11 +99,11 @@ func (echo) Call(_ context.Context, _ string, args json.RawMessage) (json.RawMes
 
 // factsPlugin returns the host's facts.
 type factsPlugin struct {
+	version
 	get func(context.Context) (map[string]any, error)
 }
 
 func (factsPlugin) Name() string      { return "facts" }
-func (factsPlugin) Version() string   { return Version }
 func (factsPlugin) Kind() Kind        { return Collector }
 func (factsPlugin) Methods() []string { return []string{"get"} }
 func (f factsPlugin) Call(ctx context.Context, _ string, args json.RawMessage) (json.RawMessage, error) {
@@ -127,11 +131,12 @@ func (f factsPlugin) Call(ctx context.Context, _ string, args json.RawMessage) (
 
 // file appends what is published to it as JSON lines.
 type file struct {
+	version
 	path string
 	mu   sync.Mutex
 }
 
-func newFile(dir string, cfg map[string]string) (*file, error) {
+func newFile(v version, dir string, cfg map[string]string) (*file, error) {
 	if err := configKeys(cfg, "path"); err != nil {
 		return nil, err
 	}
@@ -149,11 +154,10 @@ func newFile(dir string, cfg map[string]string) (*file, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	return &file{path: path}, nil
+	return &file{version: v, path: path}, nil
 }
 
 func (*file) Name() string      { return "file" }
-func (*file) Version() string   { return Version }
 func (*file) Kind() Kind        { return Publisher }
 func (*file) Methods() []string { return []string{"publish"} }
 

@@ -59,19 +59,20 @@ func (c ExecConfig) Check() error {
 }
 
 type execPlugin struct {
+	version
 	table     ExecConfig
 	timeout   time.Duration // the tribe's cap on every command, 0 for none
 	maxOutput int           // the tribe's cap on output, 0 for none
 }
 
-func newExec(table ExecConfig, cfg map[string]string) (*execPlugin, error) {
+func newExec(v version, table ExecConfig, cfg map[string]string) (*execPlugin, error) {
 	if err := configKeys(cfg, "timeout", "max_output"); err != nil {
 		return nil, err
 	}
 	if err := table.Check(); err != nil {
 		return nil, err
 	}
-	p := &execPlugin{table: table}
+	p := &execPlugin{version: v, table: table}
 	if v, ok := cfg["timeout"]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -90,7 +91,6 @@ func newExec(table ExecConfig, cfg map[string]string) (*execPlugin, error) {
 }
 
 func (*execPlugin) Name() string      { return "exec" }
-func (*execPlugin) Version() string   { return Version }
 func (*execPlugin) Kind() Kind        { return Action }
 func (*execPlugin) Methods() []string { return []string{"run", "list"} }
 

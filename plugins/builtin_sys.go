@@ -18,14 +18,15 @@ import (
 
 // sys collects the host's metrics with gopsutil.
 type sys struct {
+	version
 	paths []string // file systems to report; "/" unless configured
 }
 
-func newSys(cfg map[string]string) (*sys, error) {
+func newSys(v version, cfg map[string]string) (*sys, error) {
 	if err := configKeys(cfg, "paths"); err != nil {
 		return nil, err
 	}
-	s := &sys{paths: []string{"/"}}
+	s := &sys{version: v, paths: []string{"/"}}
 	if v, ok := cfg["paths"]; ok {
 		s.paths = nil
 		for _, p := range strings.Split(v, ",") {
@@ -39,7 +40,6 @@ func newSys(cfg map[string]string) (*sys, error) {
 }
 
 func (*sys) Name() string      { return "sys" }
-func (*sys) Version() string   { return Version }
 func (*sys) Kind() Kind        { return Collector }
 func (*sys) Methods() []string { return []string{"collect"} }
 

@@ -160,9 +160,10 @@ const validateQueue = 256
 // without it (go-libp2p-pubsub's default is off) an entry published while
 // the mesh is still empty, just after start, went nowhere — the next
 // heartbeat grafts those very peers into the mesh and gossip skips mesh
-// peers — and waited for the periodic anti-entropy (seen: 30 s).
-func PubSubOptions() []pubsub.Option {
-	return []pubsub.Option{
+// peers — and waited for the periodic anti-entropy (seen: 30 s). Drops,
+// if not nil, counts what pubsub drops under load.
+func PubSubOptions(drops *Drops) []pubsub.Option {
+	opts := []pubsub.Option{
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string {
@@ -176,6 +177,10 @@ func PubSubOptions() []pubsub.Option {
 		// when many nodes publish at once, as when a policy is created.
 		pubsub.WithValidateQueueSize(validateQueue),
 	}
+	if drops != nil {
+		opts = append(opts, pubsub.WithRawTracer(drops))
+	}
+	return opts
 }
 
 // Put writes key = value as this node, and returns once it is stored and

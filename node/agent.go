@@ -79,6 +79,7 @@ func (n *Node) Status(ctx context.Context) (api.Status, error) {
 		Entries:   n.replica.Len(),
 		StateHash: fmt.Sprintf("%x", n.replica.Hash()),
 		Rejected:  n.rejected(),
+		Dropped:   n.drops.Counts(),
 	}, nil
 }
 

@@ -104,6 +104,7 @@ type Node struct {
 	pubsub   *pubsub.PubSub
 	presence presence
 	badHello atomic.Int64
+	drops    gossip.Drops // what pubsub drops under load
 
 	collectFacts func(context.Context) (policy.Facts, error)
 	facts        factsState
@@ -272,7 +273,7 @@ func (n *Node) Start(ctx context.Context) error {
 	// Pubsub before any connection: it does not see peers that connected
 	// before it existed.
 	var err error
-	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions()...); err != nil {
+	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions(&n.drops)...); err != nil {
 		return fmt.Errorf("node: pubsub: %w", err)
 	}
 	if err := n.replica.Start(n.pubsub); err != nil {
@@ -394,6 +395,9 @@ func (n *Node) ID() peer.ID { return n.host.ID() }
 
 // Name is the node's human name.
 func (n *Node) Name() string { return n.cfg.Name }
+
+// Dropped counts the message copies pubsub dropped under load, by queue.
+func (n *Node) Dropped() map[string]int64 { return n.drops.Counts() }
 
 // Host is the node's libp2p host, for components layered on the node.
 func (n *Node) Host() host.Host { return n.host }

@@ -197,7 +197,7 @@ func TestBadEntriesAreRejectedCountedAndChangeNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := pubsub.NewGossipSub(ctx, rogue, gossip.PubSubOptions()...)
+	ps, err := pubsub.NewGossipSub(ctx, rogue, gossip.PubSubOptions(nil)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,15 +41,11 @@ func statusCommand() *cli.Command {
 				fmt.Fprintf(tw, "trust\t%d trusted writers: %s\n", len(s.Trusted), strings.Join(s.Trusted, ", "))
 			}
 			fmt.Fprintf(tw, "state\t%d entries, hash %.16s\n", s.Entries, s.StateHash)
-			var rejected []string
-			for reason, n := range s.Rejected {
-				if n > 0 {
-					rejected = append(rejected, fmt.Sprintf("%s %d", reason, n))
-				}
+			if c := nonZero(s.Rejected); c != "" {
+				fmt.Fprintf(tw, "rejected\t%s\n", c)
 			}
-			slices.Sort(rejected)
-			if len(rejected) > 0 {
-				fmt.Fprintf(tw, "rejected\t%s\n", strings.Join(rejected, ", "))
+			if c := nonZero(s.Dropped); c != "" {
+				fmt.Fprintf(tw, "dropped under load\t%s\n", c)
 			}
 			fmt.Fprintf(tw, "uptime\t%s\n", s.Uptime.Round(time.Second))
 			fmt.Fprintf(tw, "data dir\t%s\n", s.DataDir)
@@ -110,4 +106,16 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// nonZero lists the counters above zero as "name n, ...", sorted.
+func nonZero(counts map[string]int64) string {
+	var out []string
+	for name, n := range counts {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s %d", name, n))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }

@@ -152,6 +152,11 @@ type Status struct {
 	StateHash string `json:"state_hash"`
 	// Rejected counts refused input by reason.
 	Rejected map[string]int64 `json:"rejected"`
+	// Dropped counts the message copies pubsub dropped under load, by
+	// queue (outbound_queue, validation_queue, subscriber): usually
+	// delivered by another path or repaired by anti-entropy; a growing
+	// count means an overloaded node.
+	Dropped map[string]int64 `json:"dropped"`
 }
 
 // Node is one node of the fleet, from its replicated record.

@@ -13,6 +13,9 @@ import (
 // exactly once: links between groups are removed and their connections
 // closed (mocknet's UnlinkPeers alone only blocks new dials).
 func (s *Sim) Partition(groups ...[]int) error {
+	if err := s.needMockNet(); err != nil {
+		return err
+	}
 	group := make([]int, len(s.members))
 	for i := range group {
 		group[i] = -1
@@ -81,6 +84,9 @@ func (s *Sim) crossPairs(group []int, f func(a, b peer.ID)) {
 // Heal relinks every pair of running nodes that a partition separated. The
 // nodes reconnect by themselves (join peers, remembered peers, rendezvous).
 func (s *Sim) Heal() error {
+	if err := s.needMockNet(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	group := s.group
 	s.group = make([]int, len(s.members))
@@ -103,6 +109,9 @@ func (s *Sim) Heal() error {
 // connections drop. What it had written to its data dir stays (the node
 // writes remembered peers as it meets them), as after a real crash.
 func (s *Sim) Crash(i int) error {
+	if err := s.needMockNet(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	n := s.members[i].node
 	s.members[i].node = nil
@@ -129,6 +138,9 @@ func (s *Sim) Crash(i int) error {
 // Restart brings crashed node i back with the same identity and data dir on
 // a fresh mocknet host, linked to every node of its partition group.
 func (s *Sim) Restart(ctx context.Context, i int) error {
+	if err := s.needMockNet(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	m := s.members[i]
 	running := m.node != nil
@@ -149,4 +161,14 @@ func (s *Sim) Restart(ctx context.Context, i int) error {
 		}
 	}
 	return s.boot(ctx, i)
+}
+
+// errNeedMockNet: links are cut and made only on the mock network.
+var errNeedMockNet = errors.New("sim: partitions, crashes and restarts need the mock network (Config.Net = MockNet)")
+
+func (s *Sim) needMockNet() error {
+	if s.cfg.Net != MockNet {
+		return errNeedMockNet
+	}
+	return nil
 }

@@ -157,5 +157,19 @@ func (s *Sim) Converged() bool {
 }
 
 // Mocknet is the simulator's mock network, for tests that bring their own
-// hosts (a rogue peer, say).
+// hosts (a rogue peer, say). On SimNet it holds no nodes.
 func (s *Sim) Mocknet() mocknet.Mocknet { return s.mn }
+
+// Dropped sums, over the running nodes, the message copies pubsub dropped
+// under load, by queue.
+func (s *Sim) Dropped() map[string]int64 {
+	sum := map[string]int64{}
+	for i := range s.members {
+		if n := s.Node(i); n != nil {
+			for q, c := range n.Dropped() {
+				sum[q] += c
+			}
+		}
+	}
+	return sum
+}

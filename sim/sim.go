@@ -22,27 +22,61 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/quicreuse"
+	"github.com/marcopolo/simnet"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/quic-go/quic-go"
+	"go.uber.org/fx"
 
 	"github.com/tribeagent/tribe/node"
 	"github.com/tribeagent/tribe/policy"
+)
+
+// Network is what links the simulated nodes.
+type Network int
+
+const (
+	// MockNet is libp2p's mock network (p2p/net/mock): no transport and
+	// no encryption, links made and cut at will, so partitions, crashes
+	// and restarts work. Its streams do not pipeline: a write of 256 bytes
+	// or more holds the stream until it has crossed the link, so a burst
+	// of k messages to one peer takes about k/2 link latencies.
+	MockNet Network = iota
+	// SimNet is QUIC over go-libp2p's packet-level network simulator
+	// (github.com/marcopolo/simnet, as go-libp2p's x/simlibp2p uses it):
+	// per-node up- and downlinks with bandwidth and queues, latency per
+	// packet, pipelining like a real path; made to run inside a
+	// testing/synctest bubble. Every node can reach every other; Partition,
+	// Crash and Restart need MockNet.
+	SimNet
 )
 
 // Config describes a simulated cluster.
 type Config struct {
 	// Nodes is the number of nodes (at least 1).
 	Nodes int
-	// Latency is added to every link.
+	// Latency is the one-way delay of every link.
 	Latency time.Duration
+	// Net is the network between the nodes (default MockNet).
+	Net Network
+	// Bandwidth is each node's up- and downlink in bits per second on
+	// SimNet (default 100 Mbit/s).
+	Bandwidth int
 	// Seed makes topology, keys' order and each node's randomness repeatable.
 	Seed uint64
 	// Joins is how many earlier nodes each node is told to --join
@@ -89,7 +123,9 @@ func NodeConfig() node.Config {
 // use, but Partition, Heal, Crash and Restart should not race each other.
 type Sim struct {
 	cfg     Config
-	mn      mocknet.Mocknet
+	mn      mocknet.Mocknet // MockNet
+	net     *simnet.Simnet  // SimNet
+	netMu   sync.Mutex      // serialises simnet endpoints' creation
 	dir     string
 	ownsDir bool
 	log     *slog.Logger
@@ -119,9 +155,16 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.Joins == 0 {
 		cfg.Joins = 1
 	}
+	if cfg.Bandwidth == 0 {
+		cfg.Bandwidth = 100_000_000
+	}
 	s := &Sim{cfg: cfg, mn: mocknet.New(), dir: cfg.Dir, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Net == SimNet {
+		s.net = &simnet.Simnet{LatencyFunc: simnet.StaticLatency(cfg.Latency), Logger: s.log}
+		s.net.Start()
 	}
 	if s.dir == "" {
 		d, err := os.MkdirTemp("", "tribe-sim-")
@@ -141,7 +184,7 @@ func New(cfg Config) (*Sim, error) {
 		}
 		s.members = append(s.members, m)
 	}
-	if !cfg.Sparse {
+	if !cfg.Sparse && cfg.Net == MockNet {
 		if err := s.mn.LinkAll(); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("sim: link: %w", err)
@@ -150,7 +193,7 @@ func New(cfg Config) (*Sim, error) {
 	for i, m := range s.members {
 		for _, j := range pickJoins(rng, i, cfg.Joins) {
 			m.cfg.Join = append(m.cfg.Join, s.members[j].p2pAddr())
-			if cfg.Sparse {
+			if cfg.Sparse && cfg.Net == MockNet {
 				if _, err := s.mn.LinkPeers(m.id, s.members[j].id); err != nil {
 					s.Close()
 					return nil, fmt.Errorf("sim: link: %w", err)
@@ -182,9 +225,14 @@ func (s *Sim) newMember(i int, rng *rand.Rand) (*member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: key: %w", err)
 	}
-	addr := ma.StringCast(fmt.Sprintf("/ip6/100::%x:%x/tcp/4001", i>>16, i&0xffff))
-	if _, err := s.mn.AddPeer(key, addr); err != nil {
-		return nil, fmt.Errorf("sim: add peer: %w", err)
+	var addr ma.Multiaddr
+	if s.cfg.Net == SimNet {
+		addr = ma.StringCast(fmt.Sprintf("/ip4/%s/udp/8000/quic-v1", simnet.IntToPublicIPv4(i)))
+	} else {
+		addr = ma.StringCast(fmt.Sprintf("/ip6/100::%x:%x/tcp/4001", i>>16, i&0xffff))
+		if _, err := s.mn.AddPeer(key, addr); err != nil {
+			return nil, fmt.Errorf("sim: add peer: %w", err)
+		}
 	}
 	cfg := NodeConfig()
 	// Every node verifies every node's presence messages and pulls state
@@ -238,8 +286,12 @@ func (s *Sim) boot(ctx context.Context, i int) error {
 	m.boots++
 	seed := m.seed + uint64(m.boots)
 	s.mu.Unlock()
+	h, err := s.host(m)
+	if err != nil {
+		return fmt.Errorf("sim: node %d: %w", i, err)
+	}
 	n, err := node.New(m.cfg, node.Deps{
-		Host:   s.mn.Host(m.id),
+		Host:   h,
 		Logger: s.log.With("sim_node", i),
 		Rand:   rand.New(rand.NewPCG(seed, uint64(i))),
 		Facts: func(context.Context) (policy.Facts, error) {
@@ -250,6 +302,7 @@ func (s *Sim) boot(ctx context.Context, i int) error {
 		},
 	})
 	if err != nil {
+		h.Close()
 		return fmt.Errorf("sim: node %d: %w", i, err)
 	}
 	if err := n.Start(ctx); err != nil {
@@ -260,6 +313,61 @@ func (s *Sim) boot(ctx context.Context, i int) error {
 	m.node = n
 	s.mu.Unlock()
 	return nil
+}
+
+// host is m's libp2p host: its mocknet host, or a new QUIC host on its
+// simnet endpoint.
+func (s *Sim) host(m *member) (host.Host, error) {
+	if s.cfg.Net == MockNet {
+		return s.mn.Host(m.id), nil
+	}
+	link := simnet.LinkSettings{BitsPerSecond: s.cfg.Bandwidth}
+	s.netMu.Lock() // simnet's endpoint list is not safe for concurrent use
+	defer s.netMu.Unlock()
+	return libp2p.New(
+		libp2p.Identity(m.key),
+		libp2p.ListenAddrs(m.addr),
+		libp2p.NoTransports,
+		libp2p.Transport(libp2pquic.NewTransport),
+		quicOnSimnet(s.net, simnet.NodeBiDiLinkSettings{Uplink: link, Downlink: link}),
+		libp2p.ResourceManager(&network.NullResourceManager{}),
+		libp2p.DisableRelay(),
+		libp2p.DisableMetrics(),
+		// Identify's address discovery stalls under synctest
+		// (go-libp2p's x/simlibp2p says so too).
+		libp2p.DisableIdentifyAddressDiscovery(),
+	)
+}
+
+// quicOnSimnet makes libp2p's QUIC transport send its packets through a
+// simnet endpoint instead of a UDP socket (go-libp2p's x/simlibp2p does the
+// same, but imports package testing).
+func quicOnSimnet(sn *simnet.Simnet, link simnet.NodeBiDiLinkSettings) libp2p.Option {
+	src := &sourceIP{}
+	return libp2p.QUICReuse(
+		func(l fx.Lifecycle, reset quic.StatelessResetKey, token quic.TokenGeneratorKey, opts ...quicreuse.Option) (*quicreuse.ConnManager, error) {
+			cm, err := quicreuse.NewConnManager(reset, token, opts...)
+			if err != nil {
+				return nil, err
+			}
+			// A conn manager given to libp2p is not closed by it.
+			l.Append(fx.StopHook(cm.Close))
+			return cm, nil
+		},
+		quicreuse.OverrideSourceIPSelector(func() (quicreuse.SourceIPSelector, error) { return src, nil }),
+		quicreuse.OverrideListenUDP(func(_ string, addr *net.UDPAddr) (net.PacketConn, error) {
+			src.ip.Store(&addr.IP)
+			return sn.NewEndpoint(addr, link), nil
+		}),
+	)
+}
+
+// sourceIP answers QUIC's question of which local address reaches a
+// destination: the node's one simnet address.
+type sourceIP struct{ ip atomic.Pointer[net.IP] }
+
+func (s *sourceIP) PreferredSourceIPForDestination(*net.UDPAddr) (net.IP, error) {
+	return *s.ip.Load(), nil
 }
 
 // Len is the number of nodes, running or crashed.
@@ -295,6 +403,9 @@ func (s *Sim) Close() error {
 	}
 	wg.Wait()
 	errs = append(errs, s.mn.Close())
+	if s.net != nil {
+		s.net.Close()
+	}
 	if s.ownsDir {
 		errs = append(errs, os.RemoveAll(s.dir))
 	}

@@ -1,10 +1,15 @@
 package sim
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
 	"testing/synctest"
+	"time"
+
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 )
 
 // Simulated time. The wall-clock benchmarks (BenchmarkWriteVsBroadcast,
@@ -52,4 +57,51 @@ func TestSimTimePolicyVsBroadcast(t *testing.T) {
 			})
 		})
 	}
+}
+
+// SimNet under synctest, small enough for make test: the nodes connect
+// over simulated QUIC, a write reaches every node, the clock is the
+// bubble's (a 10 ms link shows as exactly that), and the faults that need
+// mock links say so.
+func TestSimNetInSimulatedTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, err := New(Config{Nodes: 12, Seed: 3, Joins: 2, Latency: 10 * time.Millisecond, Net: SimNet, Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WaitFor(ctx, time.Minute, func() bool { return s.MinPeers() >= 2 }); err != nil {
+			t.Fatalf("simnet nodes did not connect: %v", err)
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		res := <-ping.Ping(pctx, s.Node(5).Host(), s.Peers(5)[0])
+		cancel()
+		if res.Error != nil || res.RTT != 20*time.Millisecond {
+			t.Fatalf("ping over a 10 ms link: %v, %v; want a 20 ms round trip in simulated time", res.RTT, res.Error)
+		}
+		if _, err := s.Node(7).CreateTribe(ctx, "web"); err != nil {
+			t.Fatal(err)
+		}
+		everywhere := func() bool {
+			for i := range s.Len() {
+				if _, ok := s.Node(i).Replica().Get("tribes/web"); !ok {
+					return false
+				}
+			}
+			return s.Converged()
+		}
+		if _, err := s.WaitFor(ctx, time.Minute, everywhere); err != nil {
+			t.Fatalf("the tribe did not reach every node: %v", err)
+		}
+		if err := s.Partition([]int{0}, []int{1}); !errors.Is(err, errNeedMockNet) {
+			t.Fatalf("Partition on SimNet: %v, want errNeedMockNet", err)
+		}
+		if err := s.Crash(1); !errors.Is(err, errNeedMockNet) {
+			t.Fatalf("Crash on SimNet: %v, want errNeedMockNet", err)
+		}
+	})
 }

@@ -51,20 +51,42 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 // ValidName reports whether s may name a tribe, policy, plugin or task.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
+// kindSegs holds each row's pattern split at "/", once.
+var kindSegs = func() [][]string {
+	out := make([][]string, len(Kinds))
+	for i, k := range Kinds {
+		out[i] = strings.Split(k.Pattern, "/")
+	}
+	return out
+}()
+
 // Classify returns the kind of key, or ErrUnknownKey.
 func Classify(key string) (Kind, error) {
-	segs := strings.Split(key, "/")
-	for _, k := range Kinds {
-		if matches(strings.Split(k.Pattern, "/"), segs) {
-			return k, nil
-		}
-	}
-	return Kind{}, fmt.Errorf("%w: %q", ErrUnknownKey, key)
+	k, _, err := classify(key)
+	return k, err
 }
 
+// classify is Classify that also returns the key's segments.
+func classify(key string) (Kind, []string, error) {
+	segs := strings.Split(key, "/")
+	for i, pattern := range kindSegs {
+		if matches(pattern, segs) {
+			return Kinds[i], segs, nil
+		}
+	}
+	return Kind{}, nil, fmt.Errorf("%w: %q", ErrUnknownKey, key)
+}
+
+// matches compares the literal segments first and checks placeholders
+// only when they all agree: decoding a peer ID costs more than the rest.
 func matches(pattern, segs []string) bool {
 	if len(pattern) != len(segs) {
 		return false
+	}
+	for i, p := range pattern {
+		if !strings.HasPrefix(p, "{") && p != segs[i] {
+			return false
+		}
 	}
 	for i, p := range pattern {
 		switch {
@@ -76,8 +98,6 @@ func matches(pattern, segs []string) bool {
 			if !ValidName(segs[i]) {
 				return false
 			}
-		case p != segs[i]:
-			return false
 		}
 	}
 	return true
@@ -116,13 +136,13 @@ func (t Trust) Peers() []peer.ID {
 
 // Authorize checks that author may write key.
 func (t Trust) Authorize(key string, author peer.ID) error {
-	k, err := Classify(key)
+	k, segs, err := classify(key)
 	if err != nil {
 		return err
 	}
 	switch k.Writer {
 	case Self:
-		if strings.Split(key, "/")[k.SelfSegment] == author.String() {
+		if segs[k.SelfSegment] == author.String() {
 			return nil
 		}
 		return fmt.Errorf("%w: %s may be written only by the peer it names, not %s", ErrUnauthorized, key, author)

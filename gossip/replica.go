@@ -113,7 +113,7 @@ func (r *Replica) Start(ps *pubsub.PubSub) error {
 		return fmt.Errorf("gossip: join topic: %w", err)
 	}
 	r.topic = t
-	if r.sub, err = t.Subscribe(); err != nil {
+	if r.sub, err = t.Subscribe(pubsub.WithBufferSize(subscriberQueue)); err != nil {
 		return fmt.Errorf("gossip: subscribe: %w", err)
 	}
 	joins, err := t.EventHandler()
@@ -150,8 +150,11 @@ func (r *Replica) Close() error {
 	return nil
 }
 
-// validateQueue is the depth of pubsub's validation queue.
-const validateQueue = 256
+// Depths of pubsub's validation queue and of each peer's outbound queue.
+const (
+	validateQueue = 256
+	outboundQueue = 1024
+)
 
 // PubSubOptions are the pubsub settings the state topic needs: entries are
 // signed envelopes, so pubsub's own signature is redundant (StrictNoSign)
@@ -176,6 +179,11 @@ func PubSubOptions(drops *Drops) []pubsub.Option {
 		// copies, leaving some nodes to wait for the next gossip round)
 		// when many nodes publish at once, as when a policy is created.
 		pubsub.WithValidateQueueSize(validateQueue),
+		// Each peer's outbound queue must hold such a burst too: a node
+		// forwards every membership of the wave to each mesh peer at
+		// once, and pubsub's 32 dropped copies by the hundred thousand
+		// in a 300-node simulation. The queue grows only when used.
+		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 	}
 	if drops != nil {
 		opts = append(opts, pubsub.WithRawTracer(drops))
@@ -372,9 +380,11 @@ func (r *Replica) receive() {
 	}
 }
 
-// Bounds of the receive path: entries waiting to be stored, and entries
-// stored in one transaction.
+// Bounds of the receive path: the subscription's buffer (pubsub's 32
+// overflowed when the goroutine reading it was not scheduled in time),
+// entries waiting to be stored, and entries stored in one transaction.
 const (
+	subscriberQueue = 256
 	receiveQueue    = 1024
 	maxReceiveBatch = 128
 )

@@ -136,7 +136,9 @@ func (n *Node) startPresence(ps *pubsub.PubSub, key crypto.PrivKey) error {
 	if err != nil {
 		return fmt.Errorf("node: presence: %w", err)
 	}
-	sub, err := t.Subscribe()
+	// The buffer holds a burst of announcements (pubsub's 32 overflowed
+	// in a 300-node simulation when this goroutine was not scheduled).
+	sub, err := t.Subscribe(pubsub.WithBufferSize(256))
 	if err != nil {
 		return fmt.Errorf("node: presence: %w", err)
 	}

@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
 ARGS      ?=
 
-.PHONY: build run test test-large race fuzz bench lint clean
+.PHONY: build run test race fuzz bench lint clean
 
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/tribe
@@ -22,10 +22,6 @@ run: build
 # agent processes on loopback, and (as root) hosts in network namespaces.
 test:
 	$(GO) test -count=1 -timeout 15m ./...
-
-# Adds the slow large simulations (300 nodes with policies: ~7 min).
-test-large:
-	TRIBE_SIM_LARGE=1 $(GO) test -count=1 -timeout 30m ./sim
 
 race:
 	CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 20m ./...

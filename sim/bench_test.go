@@ -69,7 +69,7 @@ func BenchmarkWriteVsBroadcast(b *testing.B) {
 // cluster in one hop, so starting always on node 0 would flatter both.
 func writeVsBroadcast(b testing.TB, n int, net Network) (write, plain time.Duration) {
 	ctx := context.Background()
-	s := quietCluster(b, Config{Nodes: n, Seed: 7, Sparse: n >= 1000, Net: net})
+	s := quietCluster(b, Config{Nodes: n, Seed: 7, Sparse: n >= 1000, Net: net}, false)
 	defer s.Close()
 
 	// The write's arrival on each node, by watcher.
@@ -190,14 +190,19 @@ func waitID(b testing.TB, ch chan string, id string) {
 }
 
 // quietCluster starts cfg's nodes on 10 ms links, each joining three
-// earlier ones, with presence and periodic sync turned down (hundreds of
-// nodes on two cores cannot afford every node's heartbeats), and waits
-// until every node has three peers.
-func quietCluster(b testing.TB, cfg Config) *Sim {
+// earlier ones, with presence turned down (hundreds of nodes on two cores
+// cannot afford every node's heartbeats) and, unless keepSync, periodic
+// sync too, and waits until every node has three peers. With keepSync
+// each node pulls at the simulator's interval (N×100 ms: 30 s at 300
+// nodes, the agent's default), so what pubsub drops under load still
+// arrives, as it would in a fleet.
+func quietCluster(b testing.TB, cfg Config, keepSync bool) *Sim {
 	cfg.Joins, cfg.Latency, cfg.Dir = 3, 10*time.Millisecond, b.TempDir()
 	cfg.Tune = func(i int, c *node.Config) {
 		c.PresenceInterval = time.Hour
-		c.SyncInterval = time.Hour
+		if !keepSync {
+			c.SyncInterval = time.Hour
+		}
 	}
 	s, err := New(cfg)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 func BenchmarkFanOutGrowth(b *testing.B) {
 	const n = 100
 	ctx := context.Background()
-	s := quietCluster(b, Config{Nodes: n, Seed: 11})
+	s := quietCluster(b, Config{Nodes: n, Seed: 11}, false)
 	defer s.Close()
 	caller := s.Node(0)
 	sizes := []int{5, 25, n - 1}

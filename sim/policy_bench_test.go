@@ -62,7 +62,7 @@ type policyTimes struct {
 func policyVsBroadcast(b testing.TB, n int, net Network) policyTimes {
 	ctx := context.Background()
 	facts := randomFacts(9)
-	s := quietCluster(b, Config{Nodes: n, Seed: 9, Facts: facts, Net: net})
+	s := quietCluster(b, Config{Nodes: n, Seed: 9, Facts: facts, Net: net}, true)
 	defer s.Close()
 	topics, arrivals := plainTopic(b, s, n)
 

@@ -28,7 +28,9 @@ import (
 // matching nodes (wave_ms). policy/floor_ratio is the policy path against
 // that floor, i.e. what signing, checking, storing and evaluating add. On
 // a few shared cores the simulation is bound by CPU, not by link latency,
-// so the wave alone costs several broadcasts.
+// so the wave alone costs several broadcasts. A wave can lose a message
+// for good (plain gossipsub has no anti-entropy; seen at 300 nodes):
+// waves_lost counts those rounds, and wave_ms is the mean of the others.
 func BenchmarkPolicyVsBroadcast(b *testing.B) {
 	sizes := []int{100}
 	if os.Getenv("TRIBE_BENCH_300") != "" {
@@ -42,6 +44,7 @@ func BenchmarkPolicyVsBroadcast(b *testing.B) {
 			b.ReportMetric(ms(r.wave), "wave_ms")
 			b.ReportMetric(float64(r.policy)/float64(r.plain), "policy/broadcast_ratio")
 			b.ReportMetric(float64(r.policy)/float64(r.plain+r.wave), "policy/floor_ratio")
+			b.ReportMetric(float64(r.waveLost), "waves_lost")
 			for q, c := range r.dropped {
 				b.ReportMetric(float64(c), "dropped_"+q)
 			}
@@ -54,6 +57,9 @@ type policyTimes struct {
 	policy time.Duration // policy create until every membership is everywhere
 	plain  time.Duration // one plain broadcast
 	wave   time.Duration // a plain message from each matching node at once
+	// waveLost counts the rounds whose wave never fully arrived (plain
+	// gossipsub has no anti-entropy); wave is the mean of the others.
+	waveLost int
 	// dropped sums the copies pubsub dropped under load during the
 	// policy phases, over all nodes, by queue.
 	dropped map[string]int64
@@ -68,6 +74,7 @@ func policyVsBroadcast(b testing.TB, n int, net Network) policyTimes {
 
 	const rounds = 10 // one per rack: every node matches once
 	var viaPolicy, plain, wave time.Duration
+	waveLost := 0
 	dropped := map[string]int64{}
 	origins := rand.New(rand.NewPCG(9, 1))
 	for r := range rounds {
@@ -119,9 +126,16 @@ func policyVsBroadcast(b testing.TB, n int, net Network) policyTimes {
 			dropped[q] += c - before[q]
 		}
 		plain += broadcastOnce(b, topics[from], arrivals, fmt.Sprintf("policy-%06d", r))
-		wave += broadcastWave(b, topics, arrivals, matching, fmt.Sprintf("wave-%d", r))
+		if d, ok := broadcastWave(b, topics, arrivals, matching, fmt.Sprintf("wave-%d", r)); ok {
+			wave += d
+		} else {
+			waveLost++
+		}
 	}
-	return policyTimes{viaPolicy / rounds, plain / rounds, wave / rounds, dropped}
+	if waveLost == rounds {
+		b.Fatal("no wave of plain messages reached every node")
+	}
+	return policyTimes{viaPolicy / rounds, plain / rounds, wave / time.Duration(rounds-waveLost), waveLost, dropped}
 }
 
 // missing says where a policy round stalled: the nodes that never got the
@@ -147,8 +161,9 @@ func missing(s *Sim, tribe string, matching, seen []int) string {
 }
 
 // broadcastWave publishes one entry-sized message from each node of from,
-// all at once, and returns the time until every node has all of them.
-func broadcastWave(b testing.TB, topics []*pubsub.Topic, arrivals chan string, from []int, prefix string) time.Duration {
+// all at once, and returns the time until every node has all of them, or
+// false if some never arrived within a minute.
+func broadcastWave(b testing.TB, topics []*pubsub.Topic, arrivals chan string, from []int, prefix string) (time.Duration, bool) {
 	want := map[string]bool{}
 	msgs := make([][]byte, len(from))
 	for j := range from {
@@ -166,10 +181,11 @@ func broadcastWave(b testing.TB, topics []*pubsub.Topic, arrivals chan string, f
 		case id := <-arrivals:
 			delete(want, id)
 		case <-timeout:
-			b.Fatalf("%s: %d messages did not reach every node", prefix, len(want))
+			b.Logf("%s: %d of %d plain messages did not reach every node", prefix, len(want), len(from))
+			return 0, false
 		}
 	}
-	return time.Since(start)
+	return time.Since(start), true
 }
 
 func mustCompile(b testing.TB, expr string) *policy.Program {

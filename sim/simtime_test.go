@@ -52,8 +52,8 @@ func TestSimTimePolicyVsBroadcast(t *testing.T) {
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := policyVsBroadcast(t, n, SimNet)
-				t.Logf("nodes=%d  %.1f policy_ms  %.1f broadcast_ms  %.1f wave_ms  %.2f policy/broadcast_ratio  %.2f policy/floor_ratio (simulated time); dropped under load %v",
-					n, ms(r.policy), ms(r.plain), ms(r.wave), float64(r.policy)/float64(r.plain), float64(r.policy)/float64(r.plain+r.wave), r.dropped)
+				t.Logf("nodes=%d  %.1f policy_ms  %.1f broadcast_ms  %.1f wave_ms  %.2f policy/broadcast_ratio  %.2f policy/floor_ratio (simulated time); waves lost %d; dropped under load %v",
+					n, ms(r.policy), ms(r.plain), ms(r.wave), float64(r.policy)/float64(r.plain), float64(r.policy)/float64(r.plain+r.wave), r.waveLost, r.dropped)
 			})
 		})
 	}

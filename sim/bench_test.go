@@ -98,8 +98,11 @@ func writeVsBroadcast(b testing.TB, n int, net Network) (write, plain time.Durat
 			b.Fatal(err)
 		}
 		waitID(b, allApplied, key)
-		write += time.Since(start)
-		plain += broadcastOnce(b, topics[from], arrivals, fmt.Sprintf("plain-%010d", r))
+		w := time.Since(start)
+		p := broadcastOnce(b, topics[from], arrivals, fmt.Sprintf("plain-%010d", r))
+		b.Logf("round %d from node %d: write %.1f ms, broadcast %.1f ms", r, from, ms(w), ms(p))
+		write += w
+		plain += p
 	}
 	return write / rounds, plain / rounds
 }

@@ -69,8 +69,12 @@ type Replica struct {
 	watchers map[int]watch
 	nextID   int
 
-	topic    *pubsub.Topic
-	sub      *pubsub.Subscription
+	topic *pubsub.Topic
+	sub   *pubsub.Subscription
+	// unsent holds, by key, this node's own entries written while the
+	// topic had no peers (guarded by mu): the first peer to join gets them
+	// by pubsub, so they spread beyond it (see onTopicJoin).
+	unsent   map[string]*Signed
 	counters counters
 
 	ctx    context.Context
@@ -122,7 +126,7 @@ func (r *Replica) Start(ps *pubsub.PubSub) error {
 	}
 	r.h.SetStreamHandler(SyncProtocol, r.serveSync)
 	r.spawn(r.receive)
-	r.spawn(func() { r.pullOnJoin(joins) })
+	r.spawn(func() { r.onTopicJoin(joins) })
 	r.spawn(r.pullPeriodically)
 	r.spawn(r.collect)
 	return nil
@@ -149,6 +153,11 @@ func (r *Replica) Close() error {
 	}
 	return nil
 }
+
+// unsentDelay is two of gossipsub's heartbeats (pubsub's
+// GossipSubHeartbeatInterval, 1 s): long enough for a new peer's mesh to
+// include its other peers.
+const unsentDelay = 2 * time.Second
 
 // Depths of pubsub's validation queue and of each peer's outbound queue.
 const (
@@ -224,13 +233,61 @@ func (r *Replica) write(ctx context.Context, e Entry) (*Signed, error) {
 		return nil, err
 	}
 	r.notify(change)
-	if r.topic != nil {
-		if err := r.topic.Publish(ctx, s.Raw); err != nil {
-			// Stored and applied: anti-entropy still spreads it.
-			r.log.Warn("publish failed; anti-entropy will spread the entry", "key", e.Key, "err", err)
-		}
+	if r.topic != nil && !r.holdUnsent(s) {
+		r.publish(ctx, s)
 	}
 	return s, nil
+}
+
+// holdUnsent keeps s for later if no peer is in the topic yet: published
+// now it would reach nobody, and a peer that pulls it on joining does not
+// pass on what it pulled, so beyond that peer it would wait for periodic
+// anti-entropy, hop by hop. A node writes its own record at start, before
+// it has any connection.
+func (r *Replica) holdUnsent(s *Signed) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.topic.ListPeers()) > 0 {
+		return false
+	}
+	if r.unsent == nil {
+		r.unsent = map[string]*Signed{}
+	}
+	r.unsent[s.Key] = s
+	return true
+}
+
+// publishUnsent publishes what holdUnsent kept, now that a peer has
+// joined, once the meshes have had unsentDelay to form: a peer forwards a
+// message only to its mesh, and gossip (IHAVE) goes only to peers outside
+// it, so a message that arrives before the mesh forms is forwarded to
+// nobody.
+func (r *Replica) publishUnsent() {
+	r.mu.Lock()
+	pending := len(r.unsent) > 0
+	r.mu.Unlock()
+	if !pending {
+		return
+	}
+	select {
+	case <-time.After(unsentDelay):
+	case <-r.ctx.Done():
+		return
+	}
+	r.mu.Lock()
+	held := r.unsent
+	r.unsent = nil
+	r.mu.Unlock()
+	for _, s := range held {
+		r.publish(r.ctx, s)
+	}
+}
+
+func (r *Replica) publish(ctx context.Context, s *Signed) {
+	if err := r.topic.Publish(ctx, s.Raw); err != nil && r.ctx.Err() == nil {
+		// Stored and applied: anti-entropy still spreads it.
+		r.log.Warn("publish failed; anti-entropy will spread the entry", "key", s.Key, "err", err)
+	}
 }
 
 // storeAndApply stores the entries that would win and then applies them.

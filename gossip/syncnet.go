@@ -130,11 +130,12 @@ func (r *Replica) applyFetched(raws [][]byte) int {
 	return r.applyRemote(ok)
 }
 
-// pullOnJoin pulls from each peer as it joins the state topic. On topic
-// join rather than on connect: an entry written after the connect-time
-// sync but before pubsub knew the peer subscribed would otherwise reach it
-// by neither, until the next periodic sync.
-func (r *Replica) pullOnJoin(events *pubsub.TopicEventHandler) {
+// onTopicJoin pulls from each peer as it joins the state topic, and
+// publishes the entries written while no peer was there. On topic join
+// rather than on connect: an entry written after the connect-time sync but
+// before pubsub knew the peer subscribed would otherwise reach it by
+// neither, until the next periodic sync.
+func (r *Replica) onTopicJoin(events *pubsub.TopicEventHandler) {
 	defer events.Cancel()
 	for {
 		ev, err := events.NextPeerEvent(r.ctx)
@@ -142,6 +143,7 @@ func (r *Replica) pullOnJoin(events *pubsub.TopicEventHandler) {
 			return
 		}
 		if ev.Type == pubsub.PeerJoin {
+			r.spawn(r.publishUnsent)
 			r.spawn(func() { r.pull(ev.Peer) })
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node"
 )
 
 func memberNames(t *testing.T, s *Sim, i int, tribe string) []string {
@@ -273,4 +274,26 @@ func TestBadEntriesAreRejectedCountedAndChangeNothing(t *testing.T) {
 	if _, err := s.Node(3).CreateTribe(ctx, "mine"); err == nil {
 		t.Fatal("untrusted node created a tribe")
 	}
+}
+
+// Each node writes its own record at start, before it has a connection.
+// With periodic sync off, those records still reach every node of a
+// sparse cluster (each node linked only to the one it joined): the record
+// goes out by pubsub once the first peer joins the topic. Pulled on join
+// alone, it would stop at that peer.
+func TestRecordsWrittenBeforeAnyPeerReachEveryNode(t *testing.T) {
+	ctx := context.Background()
+	const n = 20
+	s := start(t, Config{Nodes: n, Seed: 5, Joins: 1, Sparse: true,
+		Tune: func(_ int, c *node.Config) { c.SyncInterval = time.Hour }})
+	took, err := s.WaitFor(ctx, 30*time.Second, func() bool { return allKnowNodes(s, n) })
+	if err != nil {
+		known := make([]int, n)
+		for i := range n {
+			nodes, _ := s.Node(i).Nodes(ctx, "")
+			known[i] = len(nodes)
+		}
+		t.Fatalf("node records did not reach every node: each knows %v of %d", known, n)
+	}
+	t.Logf("all %d records on all %d nodes after %v", n, n, took)
 }

@@ -37,6 +37,9 @@ type Kind struct {
 // matches no row is refused. Every row is tested (auth_test.go).
 var Kinds = []Kind{
 	{Name: "node", Pattern: "nodes/{peer}", Writer: Self, SelfSegment: 1},
+	// admitted/<peer>: a trusted writer admitted (or revoked) the peer;
+	// see package authority for what that grants.
+	{Name: "admission", Pattern: "admitted/{peer}", Writer: Trusted},
 	{Name: "tribe", Pattern: "tribes/{tribe}", Writer: Trusted},
 	{Name: "member-manual", Pattern: "tribes/{tribe}/members/{peer}/manual", Writer: Trusted},
 	{Name: "member-policy", Pattern: "tribes/{tribe}/members/{peer}/policy", Writer: Self, SelfSegment: 3},

@@ -259,6 +259,7 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 	p := newAuthor(t, rng).id.String()
 	examples := map[string]string{
 		"node":          "nodes/" + p,
+		"admission":     "admitted/" + p,
 		"tribe":         "tribes/core",
 		"member-manual": "tribes/core/members/" + p + "/manual",
 		"member-policy": "tribes/core/members/" + p + "/policy",
@@ -285,7 +286,7 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 	if len(seen) != len(examples) {
 		t.Errorf("examples name kinds the table lacks: %v vs %v", examples, seen)
 	}
-	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER"} {
+	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER", "admitted", "admitted/not-a-peer"} {
 		if _, err := Classify(bad); !errors.Is(err, ErrUnknownKey) {
 			t.Errorf("Classify(%q) = %v, want ErrUnknownKey", bad, err)
 		}

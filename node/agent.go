@@ -76,6 +76,8 @@ func (n *Node) Status(ctx context.Context) (api.Status, error) {
 		JoinAddr:  n.cfg.Join,
 		Trust:     trustMode(n.replica.Trust()),
 		Trusted:   trustedList(n.replica.Trust()),
+		Admission: string(n.rules().Status(n.host.ID())),
+		Pending:   n.pendingCount(),
 		Entries:   n.replica.Len(),
 		StateHash: fmt.Sprintf("%x", n.replica.Hash()),
 		Rejected:  n.rejected(),
@@ -106,6 +108,8 @@ func (n *Node) rejected() map[string]int64 {
 	out["bad_presence"] = n.presence.bad
 	n.presence.mu.Unlock()
 	out["bad_hello"] = n.badHello.Load()
+	out["membership_unbacked"] = n.auth.unbacked.Load()
+	out["name_taken"] = n.auth.nameTaken.Load()
 	for code, c := range n.calls.Refused() {
 		out["call_"+string(code)] = c
 	}

@@ -78,7 +78,7 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 	if _, err := a.Join(ctx, "bench", []string{"a", "b"}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := a.LoadPlugin(ctx, "echo", "bench", nil); err != nil {
+	if _, err := a.LoadPlugin(ctx, "echo", "bench", api.LoadRequest{}); err != nil {
 		b.Fatal(err)
 	}
 	waitFor(b, "b to load echo", func() bool {

@@ -48,6 +48,11 @@ type Config struct {
 	// (tribes, manual membership, policies, plugins, tasks). Empty means
 	// every peer that can connect is trusted; the agent says so.
 	Trusted []string
+	// AutoAdmit is a CEL expression over a pending node's replicated
+	// facts: a trusted writer admits every pending node that matches (and
+	// whose name no live node holds). Empty: admission is by hand only.
+	// It does nothing on a node that is not a trusted writer.
+	AutoAdmit string
 	// API serves the control API on <DataDir>/tribe.sock while the node runs
 	// under Run. The simulator turns it off.
 	API bool
@@ -154,6 +159,14 @@ func (c Config) Validate() error {
 	for _, s := range c.Trusted {
 		if _, err := peer.Decode(s); err != nil {
 			bad("trusted writer %q is not a peer ID (see `tribe status` on that host)", s)
+		}
+	}
+	if c.AutoAdmit != "" {
+		if len(c.Trusted) == 0 {
+			bad("auto-admit needs trusted writers (--trusted): with open trust every node counts")
+		}
+		if _, err := policy.Compile(c.AutoAdmit); err != nil {
+			bad("auto-admit expression: %v", err)
 		}
 	}
 	if c.TargetPeers < 1 {

@@ -23,6 +23,7 @@ type FileConfig struct {
 	MDNS        *bool    `yaml:"mdns"`
 	SwarmKey    *string  `yaml:"swarm_key"`
 	Trusted     []string `yaml:"trusted"`
+	AutoAdmit   *string  `yaml:"auto_admit"`
 	FactsFile   *string  `yaml:"facts_file"`
 	TargetPeers *int     `yaml:"target_peers"`
 	Exec        *struct {
@@ -51,6 +52,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	set(&cfg.SwarmKeyFile, f.SwarmKey)
 	set(&cfg.TargetPeers, f.TargetPeers)
 	set(&cfg.FactsFile, f.FactsFile)
+	set(&cfg.AutoAdmit, f.AutoAdmit)
 	if f.Listen != nil {
 		cfg.ListenAddrs = f.Listen
 	}

@@ -17,6 +17,7 @@
 //	remembered.go peers seen, kept in <data-dir>/peers.json across restarts
 //	liveness.go   presence messages and the alive/suspect/dead rule
 //	tribes.go     node records, tribes and manual membership over the state
+//	authority.go  the trust model: admission, memberships that count, names
 //	policies.go   facts refresh, policies, and this node's policy memberships
 //	plugins.go    plugins loaded per tribe, who may call them, tribe call fan-out
 //	agent.go      Run: a node plus the control API (node/api)
@@ -47,6 +48,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
@@ -114,6 +116,7 @@ type Node struct {
 	plugins  pluginSet
 	calls    *plugins.Server
 	names    sync.Map // peer.ID -> cachedName (tribes.go)
+	auth     authState
 
 	started   time.Time
 	ctx       context.Context
@@ -230,6 +233,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, err
 	}
 	n.presence.heard = map[peer.ID]time.Time{}
+	n.initAuthority()
 
 	var warn error
 	n.remembered, warn = loadRemembered(filepath.Join(cfg.DataDir, rememberedFile), cfg.MaxRemembered)
@@ -291,7 +295,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("node: write own record: %w", err)
 	}
 	if n.replica.Trust().Open() {
-		n.log.Warn("no trust list: every peer that can connect may write tribe state (set --trusted, and a swarm key)")
+		n.log.Warn("no trust list: every peer that can connect may write tribe state and call every plugin (set --trusted, and a swarm key)")
+	} else if s := n.rules().Status(n.host.ID()); s != authority.Trusted && s != authority.Admitted {
+		n.log.Warn("this node is "+string(s)+": its record and memberships count for nothing until a trusted writer admits it (tribe admit)", "id", n.host.ID())
 	}
 	if n.cfg.DHT {
 		n.dht, err = dht.New(n.host,
@@ -322,6 +328,13 @@ func (n *Node) Start(ctx context.Context) error {
 	n.spawn(n.factsLoop)
 	n.spawn(n.reconcileLoop)
 	n.spawn(n.pluginLoop)
+	if n.cfg.AutoAdmit != "" {
+		if n.replica.Trust().Trusted(n.host.ID()) {
+			n.spawn(n.autoAdmitLoop)
+		} else {
+			n.log.Warn("--auto-admit does nothing here: only a trusted writer admits nodes")
+		}
+	}
 	n.calls.Start()
 	n.log.Info("node started", "id", n.host.ID(), "addrs", n.host.Addrs(), "cluster", n.cfg.Cluster, "mdns", n.cfg.MDNS, "private", n.private)
 	return nil

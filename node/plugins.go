@@ -17,6 +17,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 )
@@ -24,6 +25,10 @@ import (
 // pluginRecord is tribes/<t>/plugins/<p>: load p on every member of t.
 type pluginRecord struct {
 	Config map[string]string `json:"config,omitempty"`
+	// Callers is who besides trusted writers may call it (package
+	// authority): "members", "tribe:NAME", "admitted". None: trusted
+	// writers only.
+	Callers authority.Grant `json:"callers,omitempty"`
 }
 
 // pluginStatus is what a node says, in its own record, of each plugin it
@@ -124,6 +129,11 @@ func (n *Node) pluginLoop() {
 		}
 	})
 	defer cancel()
+	// Whether this node's memberships count changes with its admission,
+	// the policies and its own record (the facts a policy is checked on).
+	defer n.replica.Watch(authority.AdmittedPrefix+n.host.ID().String(), poke)()
+	defer n.replica.Watch(policiesPrefix, poke)()
+	defer n.replica.Watch(nodesPrefix+n.host.ID().String(), poke)()
 	poke(gossip.Change{})
 	for {
 		select {
@@ -149,14 +159,19 @@ type wantedPlugin struct {
 // wantedPlugins reads from the state what this node should run, by
 // "<tribe>/<plugin>".
 func (n *Node) wantedPlugins() map[string]wantedPlugin {
-	self := n.host.ID().String()
+	self := n.host.ID()
+	rules := n.rules()
 	member := map[string]bool{}
 	var entries []*gossip.Signed
 	for _, e := range n.replica.Prefix(tribesPrefix) {
 		segs := strings.Split(e.Key, "/")
 		switch {
-		case len(segs) == 5 && segs[2] == "members" && segs[3] == self:
-			member[segs[1]] = true
+		case len(segs) == 5 && segs[2] == "members" && segs[3] == self.String():
+			// This node runs a tribe's plugins only where its own
+			// membership counts: admitted, and backed by a policy.
+			if len(n.memberVia(rules, segs[1], self, segs[4], e)) > 0 {
+				member[segs[1]] = true
+			}
 		case len(segs) == 4 && segs[2] == "plugins":
 			entries = append(entries, e)
 		}
@@ -217,10 +232,15 @@ func (n *Node) syncPlugins() bool {
 	return changed
 }
 
-// isMember reports whether id is a member of tribe, by hand or by policy.
+// isMember reports whether id is a member of tribe that counts, by hand
+// or by a policy that backs it.
 func (n *Node) isMember(tribe string, id peer.ID) bool {
+	return n.isMemberUnder(n.rules(), tribe, id)
+}
+
+func (n *Node) isMemberUnder(rules authority.Rules, tribe string, id peer.ID) bool {
 	for _, via := range []string{"manual", "policy"} {
-		if _, ok := n.replica.Get(memberKey(tribe, id, via)); ok {
+		if e, ok := n.replica.Get(memberKey(tribe, id, via)); ok && len(n.memberVia(rules, tribe, id, via, e)) > 0 {
 			return true
 		}
 	}
@@ -228,22 +248,24 @@ func (n *Node) isMember(tribe string, id peer.ID) bool {
 }
 
 // Authorize implements plugins.Authorizer: the plugin must be loaded here
-// in a tribe both this node and the caller belong to, or the caller must
-// be a trusted writer. A call without a tribe may use any tribe in which
-// this node has the plugin.
+// in a tribe this node is a member of, and the plugin's entry must grant
+// the caller (trusted writers always; members of named tribes or every
+// admitted node only if the entry says so). A call without a tribe may use
+// any tribe in which this node has the plugin.
 func (n *Node) Authorize(caller peer.ID, req plugins.Request) (*plugins.Instance, error) {
 	tribes := []string{req.Tribe}
 	if req.Tribe == "" {
 		tribes = n.plugins.byName(req.Plugin)
 	}
-	trusted := n.replica.Trust().Trusted(caller)
+	rules := n.rules()
+	member := func(t string) bool { return n.isMemberUnder(rules, t, caller) }
 	var found *loadedPlugin
 	for _, t := range tribes {
 		l, ok := n.plugins.get(t, req.Plugin)
 		if !ok {
 			continue
 		}
-		if l.err == nil && (trusted || n.isMember(t, caller)) {
+		if l.err == nil && n.callers(t, req.Plugin).Allows(rules, caller, t, member) {
 			return l.inst, nil
 		}
 		if found == nil || found.err == nil {
@@ -253,19 +275,39 @@ func (n *Node) Authorize(caller peer.ID, req plugins.Request) (*plugins.Instance
 	switch {
 	case found != nil && found.err != nil:
 		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s failed to load on this node: %v", req.Plugin, found.err)
+	case found != nil && !rules.Counts(caller):
+		return nil, plugins.Errorf(plugins.CodeUnauthorized, "%s is %s: no trusted writer has admitted it (tribe admit)", caller, rules.Status(caller))
 	case found != nil:
-		return nil, plugins.Errorf(plugins.CodeUnauthorized, "%s is not a trusted writer and shares no tribe with this node in which %s is loaded", caller, req.Plugin)
+		return nil, plugins.Errorf(plugins.CodeUnauthorized, "%s is not a trusted writer and no grant on %s lets it call (tribe plugin load %s --tribe T --callers members|tribe:NAME|admitted)", caller, req.Plugin, req.Plugin)
 	case req.Tribe == "":
 		return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s is not loaded on this node in any tribe", req.Plugin)
-	case !n.isMember(req.Tribe, n.host.ID()):
+	case !n.isMemberUnder(rules, req.Tribe, n.host.ID()):
 		return nil, plugins.Errorf(plugins.CodeNotLoaded, "this node is not a member of tribe %q", req.Tribe)
 	}
 	return nil, plugins.Errorf(plugins.CodeNotLoaded, "plugin %s is not loaded on this node in tribe %s", req.Plugin, req.Tribe)
 }
 
+// callers is the grant on a plugin's entry in tribe (none if unreadable).
+func (n *Node) callers(tribe, name string) authority.Grant {
+	e, ok := n.replica.Get(pluginKey(tribe, name))
+	if !ok {
+		return nil
+	}
+	var rec pluginRecord
+	if json.Unmarshal(e.Value, &rec) != nil || rec.Callers.Check() != nil {
+		return nil
+	}
+	return rec.Callers
+}
+
 // LoadPlugin implements api.Agent. The config is tried on this node
 // first, so a typo is refused here instead of failing on every member.
-func (n *Node) LoadPlugin(ctx context.Context, name, tribe string, config map[string]string) (api.Plugin, error) {
+func (n *Node) LoadPlugin(ctx context.Context, name, tribe string, req api.LoadRequest) (api.Plugin, error) {
+	config := req.Config
+	grant := authority.Grant(req.Callers)
+	if err := grant.Check(); err != nil {
+		return api.Plugin{}, api.BadRequest(err)
+	}
 	if err := checkTribeName(tribe); err != nil {
 		return api.Plugin{}, err
 	}
@@ -285,11 +327,11 @@ func (n *Node) LoadPlugin(ctx context.Context, name, tribe string, config map[st
 		return api.Plugin{}, api.BadRequest(err)
 	}
 	inst.Close()
-	b, _ := json.Marshal(pluginRecord{Config: config})
+	b, _ := json.Marshal(pluginRecord{Config: config, Callers: grant})
 	if _, err := n.replica.Put(ctx, pluginKey(tribe, name), b); err != nil {
 		return api.Plugin{}, writeErr(err)
 	}
-	return n.pluginView(tribe, name, config), nil
+	return n.pluginView(tribe, name, pluginRecord{Config: config, Callers: grant}), nil
 }
 
 // UnloadPlugin implements api.Agent.
@@ -303,7 +345,7 @@ func (n *Node) UnloadPlugin(ctx context.Context, name, tribe string) (api.Plugin
 	if _, err := n.replica.Delete(ctx, pluginKey(tribe, name)); err != nil {
 		return api.Plugin{}, writeErr(err)
 	}
-	return api.Plugin{Name: name, Tribe: tribe, Config: orEmptyMap(rec.Config), Nodes: []api.PluginNode{}}, nil
+	return api.Plugin{Name: name, Tribe: tribe, Config: orEmptyMap(rec.Config), Callers: orEmpty([]string(rec.Callers)), Nodes: []api.PluginNode{}}, nil
 }
 
 // Plugins implements api.Agent: every plugin loaded in a tribe (tribe
@@ -324,24 +366,24 @@ func (n *Node) Plugins(ctx context.Context, tribe string) ([]api.Plugin, error) 
 		}
 		var rec pluginRecord
 		json.Unmarshal(e.Value, &rec)
-		out = append(out, n.pluginEntry(segs[1], segs[3], rec.Config, views[segs[1]], recs))
+		out = append(out, n.pluginEntry(segs[1], segs[3], rec, views[segs[1]], recs))
 	}
 	return out, nil
 }
 
-func (n *Node) pluginView(tribe, name string, config map[string]string) api.Plugin {
-	return n.pluginEntry(tribe, name, config, n.tribes()[tribe], n.nodeRecords())
+func (n *Node) pluginView(tribe, name string, rec pluginRecord) api.Plugin {
+	return n.pluginEntry(tribe, name, rec, n.tribes()[tribe], n.nodeRecords())
 }
 
-func (n *Node) pluginEntry(tribe, name string, config map[string]string, v *tribeView, recs map[peer.ID]nodeRecord) api.Plugin {
-	p := api.Plugin{Name: name, Tribe: tribe, Config: orEmptyMap(config), Nodes: []api.PluginNode{}}
+func (n *Node) pluginEntry(tribe, name string, rec pluginRecord, v *tribeView, recs map[peer.ID]nodeRecord) api.Plugin {
+	p := api.Plugin{Name: name, Tribe: tribe, Config: orEmptyMap(rec.Config), Callers: orEmpty([]string(rec.Callers)), Nodes: []api.PluginNode{}}
 	if v == nil {
 		return p
 	}
 	for id := range v.members {
-		rec := recs[id]
-		pn := api.PluginNode{ID: id.String(), Name: rec.Name, State: "pending"}
-		if st, ok := rec.Plugins[tribe+"/"+name]; ok {
+		nrec := recs[id]
+		pn := api.PluginNode{ID: id.String(), Name: nrec.Name, State: "pending"}
+		if st, ok := nrec.Plugins[tribe+"/"+name]; ok {
 			pn.Version, pn.Error, pn.State = st.Version, st.Error, "loaded"
 			if st.Error != "" {
 				pn.State = "error"
@@ -409,13 +451,17 @@ func (n *Node) callTargets(req api.CallRequest) ([]callTarget, error) {
 	return out, nil
 }
 
-// tribeMembers lists a tribe's members (by hand or by policy), sorted.
+// tribeMembers lists a tribe's members that count (by hand or by a
+// policy that backs them), sorted.
 func (n *Node) tribeMembers(tribe string) []peer.ID {
 	var out []peer.ID
-	prefix := tribesPrefix + tribe + "/members/"
-	for _, e := range n.replica.Prefix(prefix) {
-		s, _, _ := strings.Cut(strings.TrimPrefix(e.Key, prefix), "/")
-		if id, err := peer.Decode(s); err == nil && (len(out) == 0 || out[len(out)-1] != id) {
+	rules := n.rules()
+	for _, e := range n.replica.Prefix(tribesPrefix + tribe + "/members/") {
+		_, id, via, ok := splitMemberKey(e.Key)
+		if !ok || (len(out) > 0 && out[len(out)-1] == id) {
+			continue
+		}
+		if len(n.memberVia(rules, tribe, id, via, e)) > 0 {
 			out = append(out, id)
 		}
 	}

@@ -92,6 +92,21 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 		return true
 	})
 	ctx := context.Background()
+	// Until admitted, b, c and d count for nothing: not even a name.
+	if _, err := admin.Join(ctx, "t", []string{"b"}); err == nil {
+		t.Fatal("joined a pending node to a tribe")
+	}
+	if _, err := admin.Admit(ctx, []string{"b", "c", "d"}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node to see the admissions", func() bool {
+		for _, n := range all {
+			if n.pendingCount() != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if _, err := admin.CreateTribe(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
@@ -101,16 +116,19 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	waitFor(t, "d to see tribe t", func() bool { _, ok := d.tribes()["t"]; return ok })
 	// Only trusted writers load plugins; unknown plugins and bad config
 	// are refused before anything is written.
-	if _, err := d.LoadPlugin(ctx, "echo", "t", nil); err == nil || !strings.Contains(err.Error(), "trusted writer") {
+	if _, err := d.LoadPlugin(ctx, "echo", "t", api.LoadRequest{}); err == nil || !strings.Contains(err.Error(), "trusted writer") {
 		t.Fatalf("untrusted load: %v", err)
 	}
-	if _, err := admin.LoadPlugin(ctx, "nosuch", "t", nil); err == nil || !strings.Contains(err.Error(), "unknown plugin") {
+	if _, err := admin.LoadPlugin(ctx, "nosuch", "t", api.LoadRequest{}); err == nil || !strings.Contains(err.Error(), "unknown plugin") {
 		t.Fatalf("unknown plugin: %v", err)
 	}
-	if _, err := admin.LoadPlugin(ctx, "echo", "t", map[string]string{"colour": "red"}); err == nil || !strings.Contains(err.Error(), "colour") {
+	if _, err := admin.LoadPlugin(ctx, "echo", "t", api.LoadRequest{Config: map[string]string{"colour": "red"}}); err == nil || !strings.Contains(err.Error(), "colour") {
 		t.Fatalf("bad config: %v", err)
 	}
-	if _, err := admin.LoadPlugin(ctx, "echo", "t", nil); err != nil {
+	if _, err := admin.LoadPlugin(ctx, "echo", "t", api.LoadRequest{Callers: []string{"everyone"}}); err == nil || !strings.Contains(err.Error(), "grant") {
+		t.Fatalf("bad grant: %v", err)
+	}
+	if _, err := admin.LoadPlugin(ctx, "echo", "t", api.LoadRequest{Callers: []string{"members"}}); err != nil {
 		t.Fatal(err)
 	}
 	// b loads it; c reports the load error instead of crashing.
@@ -137,11 +155,12 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	if got["c"].OK || got["c"].Code != string(plugins.CodeNotLoaded) {
 		t.Fatalf("admin -> c: %+v, want not_loaded", got["c"])
 	}
-	// A member that is not trusted may call another member.
+	// A member that is not trusted may call another member: the plugin's
+	// entry grants its tribe's members.
 	if got := call(t, c, api.CallRequest{Nodes: []string{"b"}, Plugin: "echo", Method: "echo"}); !got["b"].OK {
 		t.Fatalf("member c -> b: %+v", got["b"])
 	}
-	// Neither trusted nor a member: refused, and counted on b.
+	// Admitted but neither trusted nor a member: refused, and counted on b.
 	got = call(t, d, echo)
 	if got["b"].OK || got["b"].Code != string(plugins.CodeUnauthorized) {
 		t.Fatalf("stranger d -> b: %+v, want unauthorized", got["b"])

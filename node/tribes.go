@@ -94,13 +94,14 @@ func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
 		return nil, err
 	}
 	out := []api.Node{}
+	rules := n.rules()
 	for id, rec := range n.nodeRecords() {
 		if !match(rec) {
 			continue
 		}
 		l := n.liveness(id)
 		out = append(out, api.Node{ID: id.String(), Name: rec.Name, Addrs: rec.Addrs, Version: rec.Version,
-			Alive: l == Alive, Liveness: l, Self: id == n.host.ID()})
+			Alive: l == Alive, Liveness: l, Self: id == n.host.ID(), Admission: string(rules.Status(id))})
 	}
 	slices.SortFunc(out, func(a, b api.Node) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
 	return out, nil
@@ -135,7 +136,9 @@ type cachedName struct {
 	rec   nodeName
 }
 
-// resolve turns node names or peer IDs into peer IDs of known nodes.
+// resolve turns node names or peer IDs into peer IDs of known nodes. A
+// name resolves among the nodes that count (a pending node's name is only
+// its claim), to the live one when several carry it.
 func (n *Node) resolve(names []string) ([]peer.ID, error) {
 	if len(names) == 0 {
 		return nil, api.BadRequest(errors.New("name at least one node"))
@@ -151,24 +154,13 @@ func (n *Node) resolve(names []string) ([]peer.ID, error) {
 			continue
 		}
 		if byName == nil {
-			byName = map[string][]peer.ID{}
-			for _, e := range n.replica.Prefix(nodesPrefix) {
-				id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
-				var rec nodeName
-				if err != nil || json.Unmarshal(e.Value, &rec) != nil {
-					continue
-				}
-				byName[rec.Name] = append(byName[rec.Name], id)
-			}
+			byName = n.nameTable(n.rules())
 		}
-		switch matches := byName[s]; len(matches) {
-		case 0:
-			return nil, api.NotFound(fmt.Errorf("%w %q (see `tribe nodes`)", ErrUnknownNode, s))
-		case 1:
-			out = append(out, matches[0])
-		default:
-			return nil, api.BadRequest(fmt.Errorf("node name %q is ambiguous: %d nodes have it; use a peer ID", s, len(matches)))
+		id, err := n.pick(s, byName[s])
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, id)
 	}
 	return out, nil
 }
@@ -193,24 +185,22 @@ func (n *Node) tribes() map[string]*tribeView {
 		out[t] = v
 		return v
 	}
+	rules := n.rules()
 	for _, e := range n.replica.Prefix(tribesPrefix) {
 		segs := strings.Split(e.Key, "/")
 		switch {
 		case len(segs) == 2:
 			get(segs[1]).explicit = true
 		case len(segs) == 5 && segs[2] == "members":
-			id, err := peer.Decode(segs[3])
-			if err != nil {
+			// Only memberships that count make a member (or a tribe).
+			tribe, id, via, ok := splitMemberKey(e.Key)
+			if !ok {
 				continue
 			}
-			v := get(segs[1])
-			if segs[4] == "manual" {
-				v.members[id] = append(v.members[id], "manual")
-				continue
+			if counted := n.memberVia(rules, tribe, id, via, e); len(counted) > 0 {
+				v := get(tribe)
+				v.members[id] = append(v.members[id], counted...)
 			}
-			var rec memberRecord
-			json.Unmarshal(e.Value, &rec)
-			v.members[id] = append(v.members[id], rec.Policies...)
 		case len(segs) == 4 && segs[2] == "plugins":
 			v := get(segs[1])
 			v.plugins = append(v.plugins, segs[3])
@@ -331,6 +321,12 @@ func (n *Node) Join(ctx context.Context, tribe string, nodes []string) ([]api.Me
 	ids, err := n.resolve(nodes)
 	if err != nil {
 		return nil, err
+	}
+	rules := n.rules()
+	for _, id := range ids {
+		if !rules.Counts(id) {
+			return nil, api.BadRequest(fmt.Errorf("node %s is %s: admit it first (tribe admit %s)", id, rules.Status(id), id))
+		}
 	}
 	b, _ := json.Marshal(memberRecord{})
 	for _, id := range ids {

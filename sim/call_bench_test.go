@@ -33,7 +33,7 @@ func BenchmarkFanOutGrowth(b *testing.B) {
 		if _, err := caller.Join(ctx, tribe, ids); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := caller.LoadPlugin(ctx, "echo", tribe, nil); err != nil {
+		if _, err := caller.LoadPlugin(ctx, "echo", tribe, api.LoadRequest{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -32,11 +32,12 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, target_peers, facts_file, exec, file_dir"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
 			&cli.StringFlag{Name: "facts-file", Usage: "YAML or JSON file of user facts (nested values allowed), read again on SIGHUP"},
-			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer of tribe state, repeatable; none means every peer that can connect is trusted"},
+			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer of tribe state, repeatable; with any, other nodes count only once a trusted writer admits them (tribe admit); none means every peer that can connect is trusted"},
+			&cli.StringFlag{Name: "auto-admit", Usage: "on a trusted writer: admit every pending node whose facts match this CEL expression, e.g. 'facts.os == \"linux\"' (revoked nodes stay revoked)"},
 			&cli.StringSliceFlag{Name: "exec", Usage: "NAME=COMMAND the exec plugin may run when asked for NAME, repeatable; COMMAND is split on spaces, no shell (the config file's exec.commands also sets timeouts and output caps)"},
 			&cli.BoolFlag{Name: "exec-any", Usage: "let callers run any command line through the exec plugin, not only the defined ones: a remote shell for every trusted writer and tribe member"},
 			&cli.StringFlag{Name: "file-dir", Usage: "where the file plugin writes (default: <data-dir>/files)"},
@@ -130,6 +131,9 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.IsSet("trusted") {
 		cfg.Trusted = c.StringSlice("trusted")
+	}
+	if c.IsSet("auto-admit") {
+		cfg.AutoAdmit = c.String("auto-admit")
 	}
 	if c.IsSet("swarm-key") {
 		cfg.SwarmKeyFile = c.String("swarm-key")

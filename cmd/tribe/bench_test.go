@@ -167,7 +167,7 @@ func BenchmarkFanOut25Agents(b *testing.B) {
 		if _, err := c.Join(ctx, tribe, members); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := c.LoadPlugin(ctx, "echo", tribe, nil); err != nil {
+		if _, err := c.LoadPlugin(ctx, "echo", tribe, api.LoadRequest{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -73,6 +73,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	onUsage := func(c *cli.Context, err error, _ bool) error { return usageError{err} }
 	cmds := []*cli.Command{agentCommand(), statusCommand(), peersCommand(), nodesCommand()}
 	cmds = append(cmds, tribeCommands()...)
+	cmds = append(cmds, admitCommand(), revokeCommand())
 	cmds = append(cmds, factsCommand(), policyCommand(), pluginCommand(), callCommand(), simCommand())
 	var prepare func(cs []*cli.Command)
 	prepare = func(cs []*cli.Command) {

@@ -50,8 +50,8 @@ func callLines(t *testing.T, from *agentProc, args ...string) (map[string]api.Ca
 }
 
 // Six agents: admin (the trusted writer, in no tribe), three storage hosts
-// that a policy puts in tribe storage, and two others that are neither
-// trusted nor members.
+// that a policy puts in tribe storage, and two others that are admitted
+// but neither trusted nor members.
 func TestCallExecOnATribe(t *testing.T) {
 	admin := newAgent(t, "admin")
 	adminID := presetIdentity(t, admin)
@@ -84,6 +84,16 @@ func TestCallExecOnATribe(t *testing.T) {
 	all := append([]*agentProc{admin, o4, o5}, storage...)
 	for _, a := range all[1:] {
 		a.start()
+	}
+	// The trusted writer admits the five (with a trust list nobody else
+	// counts until then).
+	waitUntil(t, 60*time.Second, "admin to see five pending agents", func() bool {
+		var ns []api.Node
+		admin.cliJSON(&ns, "nodes", "--pending")
+		return len(ns) == 5
+	})
+	if out, stderr, code := tribe("admit", "--all-pending", "--data-dir", admin.dir); code != 0 || strings.Count(out, "admitted") != 5 {
+		t.Fatalf("admit --all-pending: exit %d\n%s%s", code, out, stderr)
 	}
 	if _, stderr, code := tribe("policy", "create", "storage", "--tribe", "storage", "facts.storage_tier == true", "--data-dir", admin.dir); code != 0 {
 		t.Fatalf("policy create: %s", stderr)
@@ -146,7 +156,7 @@ func TestCallExecOnATribe(t *testing.T) {
 		t.Fatalf("human call output (exit %d):\n%s", code, out)
 	}
 
-	// An untrusted non-member is refused by every member, exit 1.
+	// An admitted, untrusted non-member is refused by every member, exit 1.
 	got, _, code = callLines(t, o4, "--tribe", "storage", "exec", "run", `{"command":"uptime"}`)
 	if code != 1 || len(got) != 3 {
 		t.Fatalf("call from o4: exit %d, %v", code, got)

@@ -35,13 +35,17 @@ func pluginCommand() *cli.Command {
 						return printJSON(c.App.Writer, ps)
 					}
 					tw := table(c.App.Writer)
-					fmt.Fprintln(tw, "TRIBE\tPLUGIN\tNODE\tSTATE\tVERSION\tERROR")
+					fmt.Fprintln(tw, "TRIBE\tPLUGIN\tCALLERS\tNODE\tSTATE\tVERSION\tERROR")
 					for _, p := range ps {
+						callers := "trusted"
+						if len(p.Callers) > 0 {
+							callers += "," + strings.Join(p.Callers, ",")
+						}
 						if len(p.Nodes) == 0 {
-							fmt.Fprintf(tw, "%s\t%s\t-\tno members\t\t\n", p.Tribe, p.Name)
+							fmt.Fprintf(tw, "%s\t%s\t%s\t-\tno members\t\t\n", p.Tribe, p.Name, callers)
 						}
 						for _, n := range p.Nodes {
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Tribe, p.Name, n.Name, n.State, n.Version, n.Error)
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Tribe, p.Name, callers, n.Name, n.State, n.Version, n.Error)
 						}
 					}
 					return tw.Flush()
@@ -51,8 +55,16 @@ func pluginCommand() *cli.Command {
 				Name:      "load",
 				Usage:     "load a plugin on every member of a tribe (members that join later load it too)",
 				ArgsUsage: "NAME",
+				Description: `Trusted writers may always call it. Who else may is granted with --callers:
+  members       members of the tribe it is loaded in
+  tribe:NAME    members of tribe NAME
+  admitted      every admitted node
+Without --callers only trusted writers may call it. A membership counts
+only for an admitted node, and a policy membership only while that policy
+exists, names the tribe and matches the node's facts.`,
 				Flags: []cli.Flag{tribeFlag,
-					&cli.StringSliceFlag{Name: "config", Usage: "plugin setting key=value, repeatable (every plugin takes concurrency and queue; exec: timeout, max_output; file: path; sys: paths)"}},
+					&cli.StringSliceFlag{Name: "config", Usage: "plugin setting key=value, repeatable (every plugin takes concurrency and queue; exec: timeout, max_output; file: path; sys: paths)"},
+					&cli.StringSliceFlag{Name: "callers", Usage: "who besides trusted writers may call it: members, tribe:NAME or admitted, repeatable (default: trusted writers only)"}},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usagef("plugin load takes one plugin name (built-ins: exec, sys, facts, echo, file)")
@@ -65,7 +77,7 @@ func pluginCommand() *cli.Command {
 						}
 						config[k] = v
 					}
-					p, err := client(c).LoadPlugin(c.Context, c.Args().First(), c.String("tribe"), config)
+					p, err := client(c).LoadPlugin(c.Context, c.Args().First(), c.String("tribe"), api.LoadRequest{Config: config, Callers: c.StringSlice("callers")})
 					if err != nil {
 						return err
 					}

@@ -36,9 +36,13 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(tw, "mdns\t%v\n", s.MDNS)
 			fmt.Fprintf(tw, "private network\t%v\n", s.Private)
 			if s.Trust == "open" {
-				fmt.Fprintf(tw, "trust\topen: every peer that can connect may write tribe state\n")
+				fmt.Fprintf(tw, "trust\topen: every peer that can connect may write tribe state and call every plugin\n")
 			} else {
 				fmt.Fprintf(tw, "trust\t%d trusted writers: %s\n", len(s.Trusted), strings.Join(s.Trusted, ", "))
+				fmt.Fprintf(tw, "admission\t%s\n", s.Admission)
+				if s.Pending > 0 {
+					fmt.Fprintf(tw, "pending\t%d nodes wait for admission (tribe nodes --pending, tribe admit)\n", s.Pending)
+				}
 			}
 			fmt.Fprintf(tw, "state\t%d entries, hash %.16s\n", s.Entries, s.StateHash)
 			if c := nonZero(s.Rejected); c != "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -16,6 +17,7 @@ func nodesCommand() *cli.Command {
 		Usage: "list the fleet's nodes from the replicated state, with liveness",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "where", Usage: "only nodes whose facts match this CEL expression, e.g. 'facts.cpu_count >= 8'"},
+			&cli.BoolFlag{Name: "pending", Usage: "only the nodes waiting for a trusted writer to admit them"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -25,17 +27,20 @@ func nodesCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if c.Bool("pending") {
+				nodes = slices.DeleteFunc(nodes, func(n api.Node) bool { return n.Admission != "pending" })
+			}
 			if flagBool(c, "json") {
 				return printJSON(c.App.Writer, nodes)
 			}
 			tw := table(c.App.Writer)
-			fmt.Fprintln(tw, "NAME\tID\tLIVENESS\tVERSION")
+			fmt.Fprintln(tw, "NAME\tID\tLIVENESS\tADMISSION\tVERSION")
 			for _, n := range nodes {
 				name := n.Name
 				if n.Self {
 					name += " (this node)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, n.ID, n.Liveness, n.Version)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, n.ID, n.Liveness, n.Admission, n.Version)
 			}
 			return tw.Flush()
 		},

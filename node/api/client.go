@@ -144,10 +144,24 @@ func (c *Client) Plugins(ctx context.Context, tribe string) ([]Plugin, error) {
 }
 
 // LoadPlugin loads a plugin on every member of a tribe.
-func (c *Client) LoadPlugin(ctx context.Context, name, tribe string, config map[string]string) (Plugin, error) {
+func (c *Client) LoadPlugin(ctx context.Context, name, tribe string, req LoadRequest) (Plugin, error) {
 	var p Plugin
-	err := c.do(ctx, http.MethodPut, "/v1/tribes/"+url.PathEscape(tribe)+"/plugins/"+url.PathEscape(name), LoadRequest{Config: config}, &p)
+	err := c.do(ctx, http.MethodPut, "/v1/tribes/"+url.PathEscape(tribe)+"/plugins/"+url.PathEscape(name), req, &p)
 	return p, err
+}
+
+// Admit admits nodes (names or peer IDs), or every pending node.
+func (c *Client) Admit(ctx context.Context, nodes []string, allPending bool) ([]Admission, error) {
+	var a []Admission
+	err := c.do(ctx, http.MethodPost, "/v1/admit", AdmitRequest{Nodes: nodes, AllPending: allPending}, &a)
+	return a, err
+}
+
+// Revoke revokes nodes' admission.
+func (c *Client) Revoke(ctx context.Context, nodes []string) ([]Admission, error) {
+	var a []Admission
+	err := c.do(ctx, http.MethodPost, "/v1/revoke", NodesRequest{Nodes: nodes}, &a)
+	return a, err
 }
 
 // UnloadPlugin unloads a plugin from a tribe's members.

@@ -150,12 +150,26 @@ func Handler(agent Agent) http.Handler {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		return agent.LoadPlugin(r.Context(), r.PathValue("plugin"), r.PathValue("tribe"), req.Config)
+		return agent.LoadPlugin(r.Context(), r.PathValue("plugin"), r.PathValue("tribe"), req)
 	}))
 	mux.Handle("DELETE /v1/tribes/{tribe}/plugins/{plugin}", endpoint(func(r *http.Request) (any, error) {
 		return agent.UnloadPlugin(r.Context(), r.PathValue("plugin"), r.PathValue("tribe"))
 	}))
 	mux.Handle("POST /v1/call", callHandler(agent))
+	mux.Handle("POST /v1/admit", endpoint(func(r *http.Request) (any, error) {
+		var req AdmitRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.Admit(r.Context(), req.Nodes, req.AllPending)
+	}))
+	mux.Handle("POST /v1/revoke", endpoint(func(r *http.Request) (any, error) {
+		var req NodesRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.Revoke(r.Context(), req.Nodes)
+	}))
 	// Go's profiler, for operators chasing memory or CPU; the socket is
 	// private to the agent's user.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -35,12 +35,32 @@ type Agent interface {
 	DeletePolicy(ctx context.Context, name string) (Policy, error)
 	TestPolicy(ctx context.Context, expr string) ([]Match, error)
 	Plugins(ctx context.Context, tribe string) ([]Plugin, error)
-	LoadPlugin(ctx context.Context, name, tribe string, config map[string]string) (Plugin, error)
+	LoadPlugin(ctx context.Context, name, tribe string, req LoadRequest) (Plugin, error)
 	UnloadPlugin(ctx context.Context, name, tribe string) (Plugin, error)
 	// Call runs a call on every target and hands each node's result to
 	// emit as it arrives (emit is called from one goroutine at a time). An
 	// error before any result means nothing was called.
 	Call(ctx context.Context, req CallRequest, emit func(CallResult)) (CallSummary, error)
+	// Admit admits nodes (names or peer IDs), or every pending node with
+	// allPending; Revoke revokes nodes. Trusted writers only.
+	Admit(ctx context.Context, nodes []string, allPending bool) ([]Admission, error)
+	Revoke(ctx context.Context, nodes []string) ([]Admission, error)
+}
+
+// Admission is how a node stands with the trust list after `tribe admit`
+// or `tribe revoke`: "admitted", "revoked", "pending" or "trusted", and
+// why it was not changed, if it was not.
+type Admission struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Admission string `json:"admission"`
+	Error     string `json:"error,omitempty"`
+}
+
+// AdmitRequest is `tribe admit`.
+type AdmitRequest struct {
+	Nodes      []string `json:"nodes"`
+	AllPending bool     `json:"all_pending"`
 }
 
 // Plugin is a plugin loaded in a tribe and how its loading went on each
@@ -49,7 +69,10 @@ type Plugin struct {
 	Name   string            `json:"name"`
 	Tribe  string            `json:"tribe"`
 	Config map[string]string `json:"config"`
-	Nodes  []PluginNode      `json:"nodes"`
+	// Callers is who besides trusted writers may call it: "members" (of
+	// Tribe), "tribe:NAME", "admitted" (every admitted node).
+	Callers []string     `json:"callers"`
+	Nodes   []PluginNode `json:"nodes"`
 }
 
 // PluginNode is one member's view of a plugin: "loaded", "error" (with
@@ -62,9 +85,11 @@ type PluginNode struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// LoadRequest carries a plugin's config for `tribe plugin load`.
+// LoadRequest is `tribe plugin load`: the plugin's config and who besides
+// trusted writers may call it (see Plugin.Callers).
 type LoadRequest struct {
-	Config map[string]string `json:"config"`
+	Config  map[string]string `json:"config"`
+	Callers []string          `json:"callers,omitempty"`
 }
 
 // CallRequest is `tribe call`: the targets are every member of each
@@ -146,6 +171,11 @@ type Status struct {
 	// or "list", with the trusted writers in Trusted.
 	Trust   string   `json:"trust"`
 	Trusted []string `json:"trusted,omitempty"`
+	// Admission is how this node stands: "open", "trusted", "admitted",
+	// "pending" or "revoked"; Pending counts the nodes waiting for
+	// `tribe admit`.
+	Admission string `json:"admission"`
+	Pending   int    `json:"pending"`
 	// Entries is the number of state keys held (tombstones included) and
 	// StateHash a hash of them all: equal on nodes that agree.
 	Entries   int    `json:"entries"`
@@ -171,6 +201,10 @@ type Node struct {
 	Alive    bool   `json:"alive"`
 	Liveness string `json:"liveness"`
 	Self     bool   `json:"self,omitempty"`
+	// Admission is "open" (no trusted writers), "trusted", "admitted",
+	// "pending" (its entries count for nothing until `tribe admit`) or
+	// "revoked".
+	Admission string `json:"admission"`
 }
 
 // Member is a node in a tribe and why: "manual", or policy names.

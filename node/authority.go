@@ -34,6 +34,11 @@ type authState struct {
 	admissions map[peer.ID]authority.Status // replaced, never changed, on update
 	policyGen  uint64                       // bumped on every policy change
 	backed     map[string]backing           // by member key
+	// The name each node's record carries, and the nodes by name, kept by
+	// the record watcher: a record's arrival must not cost a pass over
+	// every record (a fleet's start would be quadratic).
+	nameOf map[peer.ID]string
+	byName map[string][]peer.ID
 
 	unbacked  atomic.Int64 // policy memberships that counted for nothing when they arrived
 	nameTaken atomic.Int64 // records that claimed a name a live node that counts holds
@@ -56,6 +61,10 @@ func (n *Node) initAuthority() {
 		a.trusted[p] = true
 	}
 	a.backed = map[string]backing{}
+	a.nameOf, a.byName = map[peer.ID]string{}, map[string][]peer.ID{}
+	for id, rec := range n.allNames() {
+		a.setName(id, rec.Name)
+	}
 	n.replica.Watch(authority.AdmittedPrefix, func(gossip.Change) { n.loadAdmissions() })
 	n.replica.Watch(policiesPrefix, func(gossip.Change) {
 		a.mu.Lock()
@@ -188,18 +197,41 @@ func (n *Node) checkArrivingMembership(c gossip.Change) {
 	}
 }
 
-// checkArrivingRecord counts a record that claims a name a live node that
-// counts already holds; the name table ignores the claim (see resolve).
-func (n *Node) checkArrivingRecord(c gossip.Change) {
-	if c.New == nil || c.New.Deleted {
-		return
+// setName indexes id under name ("" removes it). Callers hold a.mu, or
+// own a before it is shared.
+func (a *authState) setName(id peer.ID, name string) {
+	if old, ok := a.nameOf[id]; ok {
+		if old == name {
+			return
+		}
+		a.byName[old] = slices.DeleteFunc(a.byName[old], func(p peer.ID) bool { return p == id })
+		if len(a.byName[old]) == 0 {
+			delete(a.byName, old)
+		}
+		delete(a.nameOf, id)
 	}
+	if name != "" {
+		a.nameOf[id] = name
+		a.byName[name] = append(a.byName[name], id)
+	}
+}
+
+// checkArrivingRecord indexes a record's name, and counts a record that
+// claims a name a live node that counts already holds; the name table
+// ignores the claim while the holder lives (see pick).
+func (n *Node) checkArrivingRecord(c gossip.Change) {
 	id, err := peer.Decode(strings.TrimPrefix(c.Key, nodesPrefix))
 	if err != nil {
 		return
 	}
 	var rec nodeName
-	if json.Unmarshal(c.New.Value, &rec) != nil || rec.Name == "" {
+	if c.New != nil && !c.New.Deleted {
+		json.Unmarshal(c.New.Value, &rec)
+	}
+	n.auth.mu.Lock()
+	n.auth.setName(id, rec.Name)
+	n.auth.mu.Unlock()
+	if rec.Name == "" {
 		return
 	}
 	if holder, ok := n.nameHolder(rec.Name, id); ok {
@@ -213,7 +245,7 @@ func (n *Node) checkArrivingRecord(c gossip.Change) {
 // name.
 func (n *Node) nameHolder(name string, except peer.ID) (peer.ID, bool) {
 	rules := n.rules()
-	for _, id := range n.nameTable(rules)[name] {
+	for _, id := range n.named(rules, name) {
 		if id != except && n.liveness(id) == Alive {
 			return id, true
 		}
@@ -221,12 +253,14 @@ func (n *Node) nameHolder(name string, except peer.ID) (peer.ID, bool) {
 	return "", false
 }
 
-// nameTable maps names to the nodes that count and carry them.
-func (n *Node) nameTable(rules authority.Rules) map[string][]peer.ID {
-	out := map[string][]peer.ID{}
-	for id, rec := range n.allNames() {
+// named returns the nodes that count and carry name.
+func (n *Node) named(rules authority.Rules, name string) []peer.ID {
+	n.auth.mu.Lock()
+	defer n.auth.mu.Unlock()
+	var out []peer.ID
+	for _, id := range n.auth.byName[name] {
 		if rules.Counts(id) {
-			out[rec.Name] = append(out[rec.Name], id)
+			out = append(out, id)
 		}
 	}
 	return out

@@ -135,6 +135,9 @@ func TestSelfDeclaredMembershipGainsNothing(t *testing.T) {
 	if _, err := admin.CreatePolicy(ctx, "web", "edge", `facts.role == "web"`); err != nil {
 		t.Fatal(err)
 	}
+	// evil's own reconciler, seeing the new policy, drops memberships no
+	// policy gives it: let it finish before the claim.
+	waitFor(t, "evil to join edge by policy", func() bool { return evil.isMember("edge", evil.ID()) })
 	claim("web")
 	refused("admitted, another tribe's policy")
 

@@ -143,7 +143,7 @@ func (n *Node) resolve(names []string) ([]peer.ID, error) {
 	if len(names) == 0 {
 		return nil, api.BadRequest(errors.New("name at least one node"))
 	}
-	var byName map[string][]peer.ID // built on the first name that is not a peer ID
+	rules := n.rules()
 	var out []peer.ID
 	for _, s := range names {
 		if id, err := peer.Decode(s); err == nil {
@@ -153,10 +153,7 @@ func (n *Node) resolve(names []string) ([]peer.ID, error) {
 			out = append(out, id)
 			continue
 		}
-		if byName == nil {
-			byName = n.nameTable(n.rules())
-		}
-		id, err := n.pick(s, byName[s])
+		id, err := n.pick(s, n.named(rules, s))
 		if err != nil {
 			return nil, err
 		}

@@ -106,6 +106,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["bad_presence"] = n.presence.bad
 	n.presence.mu.Unlock()
 	out["bad_hello"] = n.badHello.Load()
+	out["facts_refused"] = n.facts.refused.Load()
 	for code, c := range n.calls.Refused() {
 		out["call_"+string(code)] = c
 	}

@@ -110,6 +110,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["bad_hello"] = n.badHello.Load()
 	out["membership_unbacked"] = n.auth.unbacked.Load()
 	out["name_taken"] = n.auth.nameTaken.Load()
+	out["facts_refused"] = n.facts.refused.Load()
 	for code, c := range n.calls.Refused() {
 		out["call_"+string(code)] = c
 	}

@@ -110,6 +110,7 @@ type Node struct {
 
 	collectFacts func(context.Context) (policy.Facts, error)
 	facts        factsState
+	recordMu     sync.Mutex // one writer of the node's record at a time (tribes.go)
 	reconcileCh  chan struct{}
 
 	registry *plugins.Registry
@@ -290,7 +291,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: facts: %w", err)
 	}
-	n.facts.set(facts)
+	if _, err := n.adoptFacts(ctx, facts); err != nil {
+		return err
+	}
 	if err := n.publishSelf(ctx); err != nil {
 		return fmt.Errorf("node: write own record: %w", err)
 	}

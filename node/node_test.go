@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
 )
@@ -177,4 +180,36 @@ func peerAddrInfo(t *testing.T, s string) peer.AddrInfo {
 		t.Fatal(err)
 	}
 	return ai
+}
+
+// A damaged state store stops the node with the error that says what to
+// do, not a panic; moved aside, the node starts with a new one.
+func TestDamagedStateStoreIsAnError(t *testing.T) {
+	c := loopbackConfig(t, "a")
+	n := startNode(t, c)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(c.DataDir, gossip.StoreFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for i := 2 * os.Getpagesize(); i < len(b); i++ { // every page but the two meta pages
+		b[i] = byte(rng.Uint32())
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(c, Deps{}); !errors.Is(err, gossip.ErrCorruptStore) || !strings.Contains(err.Error(), "move it aside") {
+		t.Fatalf("New over a damaged store: %v", err)
+	}
+	if err := os.Rename(path, path+".damaged"); err != nil {
+		t.Fatal(err)
+	}
+	n = startNode(t, c) // the data dir and its lock were released
+	if _, ok := n.nodeRecords()[n.ID()]; !ok {
+		t.Fatal("the node did not write its record into a new store")
+	}
 }

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
@@ -21,10 +21,17 @@ const policiesPrefix = "policies/"
 // ErrUnknownPolicy is returned for a policy name that does not exist.
 var ErrUnknownPolicy = errors.New("unknown policy")
 
-// factsState is the node's current facts.
+// ErrFactsRefused is returned for a new set of facts that cannot be taken
+// whole: the facts file cannot be read or parsed, or the node's record
+// with them would be over the size limit.
+var ErrFactsRefused = errors.New("node: facts refused")
+
+// factsState is the node's current facts. They are replaced whole, never
+// changed in place.
 type factsState struct {
-	mu    sync.Mutex
-	facts policy.Facts
+	mu      sync.Mutex
+	facts   policy.Facts
+	refused atomic.Int64 // new facts refused (facts_refused in status)
 }
 
 func (f *factsState) get() policy.Facts {
@@ -33,13 +40,10 @@ func (f *factsState) get() policy.Facts {
 	return f.facts
 }
 
-// set replaces the facts and reports whether they changed.
-func (f *factsState) set(facts policy.Facts) bool {
+func (f *factsState) set(facts policy.Facts) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	changed := !reflect.DeepEqual(f.facts, facts)
 	f.facts = facts
-	return changed
 }
 
 // gatherFacts collects the built-in facts and overlays the user's: the
@@ -62,21 +66,37 @@ func (n *Node) gatherFacts(ctx context.Context) (policy.Facts, error) {
 }
 
 // RefreshFacts collects the facts again (the agent does it every
-// FactsInterval and on SIGHUP); a change updates the node's record and
-// re-evaluates the policies.
+// FactsInterval and on SIGHUP) and takes them all or nothing. Facts that
+// cannot be read (the facts file unreadable or invalid) or that would make
+// the node's record too large are refused whole, with ErrFactsRefused, and
+// counted: the node keeps its current facts in its record, its policy
+// memberships and its facts plugin. Facts taken that changed update the
+// record, then the policies are evaluated again.
 func (n *Node) RefreshFacts(ctx context.Context) error {
 	facts, err := n.gatherFacts(ctx)
+	changed := false
+	if err != nil {
+		err = refused(err)
+	} else {
+		changed, err = n.adoptFacts(ctx, facts)
+	}
+	if errors.Is(err, ErrFactsRefused) {
+		n.facts.refused.Add(1)
+		return fmt.Errorf("%w (the node keeps its current facts)", err)
+	}
 	if err != nil {
 		return err
 	}
-	if n.facts.set(facts) {
+	if changed {
 		n.log.Info("facts changed")
-		if err := n.publishSelf(ctx); err != nil {
-			return err
-		}
 		n.triggerReconcile()
 	}
 	return nil
+}
+
+// refused says why a set of facts is refused.
+func refused(err error) error {
+	return fmt.Errorf("%w: %w", ErrFactsRefused, err)
 }
 
 func (n *Node) factsLoop() {

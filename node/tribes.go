@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/policy"
 )
 
 // Values of the replicated keys (JSON).
@@ -49,23 +51,76 @@ var (
 	ErrUnknownNode  = errors.New("unknown node")
 )
 
-// publishSelf writes this node's record if it differs from the stored one.
+// ErrRecordTooLarge is returned for a node record over the size limit of
+// a value in the replicated state (gossip.MaxValueLen), mostly for its facts.
+var ErrRecordTooLarge = errors.New("node: own record over the size limit")
+
+// publishSelf writes this node's record, with its current facts, if it
+// differs from the stored one.
 func (n *Node) publishSelf(ctx context.Context) error {
-	facts, err := json.Marshal(n.facts.get())
-	if err != nil {
-		return fmt.Errorf("node: encode facts: %w", err)
-	}
-	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: facts,
-		Plugins: n.plugins.status()}
-	b, err := json.Marshal(rec)
+	n.recordMu.Lock()
+	defer n.recordMu.Unlock()
+	b, err := n.encodeRecord(n.facts.get())
 	if err != nil {
 		return err
 	}
+	return n.putRecord(ctx, b)
+}
+
+// adoptFacts makes facts the node's own if they differ from its current
+// ones, all or nothing: the record with them is encoded, checked against
+// the size limit (else ErrFactsRefused) and written first, and only then
+// do the policies and the facts plugin see them. It reports whether the
+// facts changed.
+func (n *Node) adoptFacts(ctx context.Context, facts policy.Facts) (changed bool, err error) {
+	n.recordMu.Lock()
+	defer n.recordMu.Unlock()
+	if reflect.DeepEqual(n.facts.get(), facts) {
+		return false, nil
+	}
+	b, err := n.encodeRecord(facts)
+	if err != nil {
+		return false, refused(err)
+	}
+	if err := n.putRecord(ctx, b); err != nil {
+		return false, fmt.Errorf("node: write own record: %w", err)
+	}
+	n.facts.set(facts)
+	return true, nil
+}
+
+// encodeRecord is this node's record as it would be written with facts;
+// one that could not be written (over gossip.MaxValueLen) is an error.
+func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
+	fb, err := json.Marshal(facts)
+	if err != nil {
+		return nil, fmt.Errorf("node: encode facts: %w", err)
+	}
+	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: fb,
+		Plugins: n.plugins.status()}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("node: encode own record: %w", err)
+	}
+	if len(b) > gossip.MaxValueLen {
+		hint := ""
+		if n.cfg.FactsFile != "" {
+			hint = fmt.Sprintf(" (shrink the facts file %s)", n.cfg.FactsFile)
+		}
+		return nil, fmt.Errorf("%w: it would be %d bytes, %d of them facts, over the %d-byte limit%s",
+			ErrRecordTooLarge, len(b), len(fb), gossip.MaxValueLen, hint)
+	}
+	return b, nil
+}
+
+// putRecord writes b as this node's record unless it is stored already.
+// The caller holds recordMu.
+func (n *Node) putRecord(ctx context.Context, b []byte) error {
 	key := nodesPrefix + n.host.ID().String()
 	if cur, ok := n.replica.Get(key); ok && string(cur.Value) == string(b) {
 		return nil
 	}
-	_, err = n.replica.Put(ctx, key, b)
+	_, err := n.replica.Put(ctx, key, b)
 	return err
 }
 

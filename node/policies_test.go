@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tribeagent/tribe/policy"
+)
+
+// policyTribes lists the tribes n is a member of by policy, in its state.
+func policyTribes(n *Node) []string {
+	var out []string
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		segs := strings.Split(e.Key, "/")
+		if len(segs) == 5 && segs[2] == "members" && segs[3] == n.ID().String() && segs[4] == "policy" {
+			out = append(out, segs[1])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// selfMatches is whether `tribe policy test expr` lists n as a match.
+func selfMatches(t *testing.T, n *Node, expr string) bool {
+	t.Helper()
+	ms, err := n.TestPolicy(context.Background(), expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.ID == n.ID().String() {
+			return m.Match
+		}
+	}
+	t.Fatalf("policy test does not list the node itself: %+v", ms)
+	return false
+}
+
+// A facts file that cannot be taken whole (here, one that would make the
+// node's record too large, then one that does not parse) is refused: the
+// node keeps its old facts in its record, its policy memberships, policy
+// test and its facts plugin, and counts the refusal. A good file then
+// applies as usual.
+func TestFactsAreAppliedAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	c := loopbackConfig(t, "a")
+	c.FactsFile = filepath.Join(t.TempDir(), "facts.yaml")
+	writeFacts := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(c.FactsFile, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFacts("tier: gold\n")
+	n := startNodeDeps(t, c, Deps{Facts: func(context.Context) (policy.Facts, error) {
+		return policy.Facts{"hostname": "a"}, nil
+	}})
+	for _, tier := range []string{"gold", "silver"} {
+		if _, err := n.CreatePolicy(ctx, tier, tier, `facts.tier == "`+tier+`"`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the node to join gold by policy", func() bool { return slices.Equal(policyTribes(n), []string{"gold"}) })
+
+	keepsGold := func(when string) {
+		t.Helper()
+		if got := n.facts.get()["tier"]; got != "gold" {
+			t.Errorf("%s: the node's facts (and facts plugin) say tier %v", when, got)
+		}
+		if f, err := n.Facts(ctx, ""); err != nil || f["tier"] != "gold" {
+			t.Errorf("%s: the node's record says tier %v (%v)", when, f["tier"], err)
+		}
+		if !selfMatches(t, n, `facts.tier == "gold"`) || selfMatches(t, n, `facts.tier == "silver"`) {
+			t.Errorf("%s: policy test no longer matches the node on gold only", when)
+		}
+		// What the policies make of the facts the node holds now.
+		if err := n.reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := policyTribes(n); !slices.Equal(got, []string{"gold"}) {
+			t.Errorf("%s: policy memberships %v, want [gold]", when, got)
+		}
+	}
+
+	writeFacts("tier: silver\nblob: " + strings.Repeat("x", 70<<10) + "\n")
+	if err := n.RefreshFacts(ctx); !errors.Is(err, ErrFactsRefused) || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("facts too large for the record: %v", err)
+	}
+	keepsGold("after facts too large")
+
+	writeFacts("tier: [silver\n")
+	if err := n.RefreshFacts(ctx); !errors.Is(err, ErrFactsRefused) || !strings.Contains(err.Error(), c.FactsFile) {
+		t.Errorf("facts file that does not parse: %v", err)
+	}
+	keepsGold("after a facts file that does not parse")
+	if st, _ := n.Status(ctx); st.Rejected["facts_refused"] != 2 {
+		t.Errorf("status counts %d refused facts, want 2", st.Rejected["facts_refused"])
+	}
+
+	writeFacts("tier: silver\n")
+	if err := n.RefreshFacts(ctx); err != nil {
+		t.Fatalf("good facts file: %v", err)
+	}
+	waitFor(t, "the node to move from gold to silver", func() bool { return slices.Equal(policyTribes(n), []string{"silver"}) })
+	if f, _ := n.Facts(ctx, ""); f["tier"] != "silver" || !selfMatches(t, n, `facts.tier == "silver"`) {
+		t.Fatalf("the record says tier %v after a good file", f["tier"])
+	}
+}

@@ -34,6 +34,8 @@ fuzz:
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzSyncMessages$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip/authority -run '^$$' -fuzz '^FuzzDecodeAdmission$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip/authority -run '^$$' -fuzz '^FuzzGrant$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)

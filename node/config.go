@@ -97,6 +97,9 @@ type Config struct {
 	// FileDir is where the file plugin writes; empty means
 	// <DataDir>/files.
 	FileDir string
+	// FileMaxBytes caps each file the file plugin writes; zero means
+	// plugins.DefaultFileMaxBytes. A tribe's max_bytes only lowers it.
+	FileMaxBytes int64
 	// CallParallel bounds how many calls one `tribe call` has in flight.
 	CallParallel int
 }
@@ -195,6 +198,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Exec.Check(); err != nil {
 		bad("%v", err)
+	}
+	if c.FileMaxBytes < 0 {
+		bad("file plugin size cap must not be negative, not %d", c.FileMaxBytes)
 	}
 	if c.CallParallel < 1 {
 		bad("call parallelism must be at least 1, not %d", c.CallParallel)

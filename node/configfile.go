@@ -30,7 +30,8 @@ type FileConfig struct {
 		Commands map[string]plugins.Command `yaml:"commands"`
 		AllowAny bool                       `yaml:"allow_any"`
 	} `yaml:"exec"`
-	FileDir *string `yaml:"file_dir"`
+	FileDir      *string `yaml:"file_dir"`
+	FileMaxBytes *int64  `yaml:"file_max_bytes"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -66,6 +67,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 		cfg.Exec = plugins.ExecConfig{Commands: f.Exec.Commands, AllowAny: f.Exec.AllowAny}
 	}
 	set(&cfg.FileDir, f.FileDir)
+	set(&cfg.FileMaxBytes, f.FileMaxBytes)
 	return nil
 }
 

@@ -149,7 +149,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		if fileDir == "" {
 			fileDir = filepath.Join(cfg.DataDir, "files")
 		}
-		n.registry = plugins.Builtins(plugins.Env{Exec: cfg.Exec, FileDir: fileDir, Version: Version,
+		n.registry = plugins.Builtins(plugins.Env{Exec: cfg.Exec, FileDir: fileDir, FileMaxBytes: cfg.FileMaxBytes, Version: Version,
 			Facts: func(context.Context) (map[string]any, error) { return n.facts.get(), nil }})
 	}
 	if n.log == nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,10 @@ type Env struct {
 	// FileDir is where the file plugin writes; a tribe's config names a
 	// file inside it, never a path outside.
 	FileDir string
+	// FileMaxBytes is the host's ceiling on the size of each file the file
+	// plugin writes; zero means DefaultFileMaxBytes. A tribe's max_bytes
+	// can only lower it.
+	FileMaxBytes int64
 	// Version is the built-ins' version: the agent's.
 	Version string
 }
@@ -47,7 +52,7 @@ func Builtins(env Env) *Registry {
 		}
 		return echo{v}, nil
 	})
-	r.Register("file", func(cfg map[string]string) (Plugin, error) { return newFile(v, env.FileDir, cfg) })
+	r.Register("file", func(cfg map[string]string) (Plugin, error) { return newFile(v, env.FileDir, env.FileMaxBytes, cfg) })
 	return r
 }
 
@@ -129,19 +134,41 @@ func (f factsPlugin) Call(ctx context.Context, _ string, args json.RawMessage) (
 	return json.Marshal(facts)
 }
 
-// file appends what is published to it as JSON lines.
+// DefaultFileMaxBytes is the file plugin's cap on each file when the host
+// sets none.
+const DefaultFileMaxBytes = 64 << 20
+
+// file appends what is published to it as JSON lines, up to maxBytes per
+// file: beyond it publish is refused, so a caller cannot fill the disk.
 type file struct {
 	version
-	path string
-	mu   sync.Mutex
+	path     string
+	maxBytes int64
+	mu       *sync.Mutex // shared by every instance writing path
 }
 
-func newFile(v version, dir string, cfg map[string]string) (*file, error) {
-	if err := configKeys(cfg, "path"); err != nil {
+// fileLocks holds one lock per file path, shared by every instance that
+// writes it (two tribes naming one file, or an instance and its reload),
+// so the size check and the append are one step.
+var fileLocks sync.Map // path -> *sync.Mutex
+
+func newFile(v version, dir string, hostMax int64, cfg map[string]string) (*file, error) {
+	if err := configKeys(cfg, "path", "max_bytes"); err != nil {
 		return nil, err
 	}
 	if dir == "" {
 		return nil, fmt.Errorf("this host has no directory for published files")
+	}
+	if hostMax < 0 {
+		return nil, fmt.Errorf("this host's file size cap is negative (%d)", hostMax)
+	}
+	maxBytes := cmp(hostMax, DefaultFileMaxBytes)
+	if s, ok := cfg["max_bytes"]; ok {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("max_bytes=%q: want a positive number of bytes", s)
+		}
+		maxBytes = min(maxBytes, n) // the tribe lowers the host's cap, never raises it
 	}
 	name := cfg["path"]
 	if name == "" {
@@ -154,7 +181,8 @@ func newFile(v version, dir string, cfg map[string]string) (*file, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	return &file{version: v, path: path}, nil
+	mu, _ := fileLocks.LoadOrStore(path, new(sync.Mutex))
+	return &file{version: v, path: path, maxBytes: maxBytes, mu: mu.(*sync.Mutex)}, nil
 }
 
 func (*file) Name() string      { return "file" }
@@ -162,7 +190,9 @@ func (*file) Kind() Kind        { return Publisher }
 func (*file) Methods() []string { return []string{"publish"} }
 
 // Call appends {"time", "data"} as one line and answers with where and how
-// much it wrote.
+// much it wrote. A line that would take the file past maxBytes is refused
+// whole; a failed write (a full disk) is cut back off, so the file never
+// ends in half a line.
 func (f *file) Call(_ context.Context, _ string, args json.RawMessage) (json.RawMessage, error) {
 	if len(args) == 0 {
 		return nil, Errorf(CodeBadRequest, "publish: give the data to write as the arguments")
@@ -175,17 +205,30 @@ func (f *file) Call(_ context.Context, _ string, args json.RawMessage) (json.Raw
 		return nil, Errorf(CodeBadRequest, "publish: %v", err)
 	}
 	line = append(line, '\n')
+	if int64(len(line)) > f.maxBytes {
+		return nil, Errorf(CodeTooLarge, "publish: a line of %d bytes is over the file's cap of %d bytes (max_bytes)", len(line), f.maxBytes)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	_, err = w.Write(line)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
+	defer w.Close()
+	fi, err := w.Stat()
 	if err != nil {
+		return nil, err
+	}
+	size := fi.Size()
+	if size+int64(len(line)) > f.maxBytes {
+		return nil, Errorf(CodeTooLarge, "publish: %s is full: it holds %d bytes, and this line of %d would take it past its cap of %d bytes (max_bytes); move or empty the file to publish again",
+			f.path, size, len(line), f.maxBytes)
+	}
+	if _, err := w.Write(line); err != nil {
+		w.Truncate(size) // best effort: drop what part of the line got in
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
 		return nil, err
 	}
 	return json.Marshal(map[string]any{"path": f.path, "bytes": len(line)})

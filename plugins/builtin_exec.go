@@ -144,7 +144,7 @@ func (p *execPlugin) Call(ctx context.Context, method string, args json.RawMessa
 	return run(ctx, a.Command, cmd.Argv, timeout, maxOut)
 }
 
-func cmp[T int | time.Duration](v, def T) T {
+func cmp[T int | int64 | time.Duration](v, def T) T {
 	if v == 0 {
 		return def
 	}

@@ -42,6 +42,8 @@ func TestLoadRefusesBadConfig(t *testing.T) {
 		{"exec", map[string]string{"max_output": "-1"}, `max_output="-1"`},
 		{"file", map[string]string{"path": "../../etc/passwd"}, "relative path inside"},
 		{"file", map[string]string{"path": "/etc/passwd"}, "relative path inside"},
+		{"file", map[string]string{"max_bytes": "0"}, `max_bytes="0"`},
+		{"file", map[string]string{"max_bytes": "lots"}, `max_bytes="lots"`},
 		{"sys", map[string]string{"paths": "relative"}, "absolute paths"},
 		{"echo", map[string]string{"concurrency": "0"}, "concurrency"},
 		{"echo", map[string]string{"queue": "many"}, "queue"},
@@ -166,6 +168,76 @@ func TestFilePublishAppendsLines(t *testing.T) {
 	}
 	if _, err := in.Invoke(context.Background(), "publish", nil); code(err) != CodeBadRequest {
 		t.Fatalf("publish nothing: %v", err)
+	}
+}
+
+func TestFileCapOnlyLowersTheHosts(t *testing.T) {
+	for _, c := range []struct {
+		host int64
+		cfg  string // the tribe's max_bytes, "" for none
+		want int64
+	}{
+		{0, "", DefaultFileMaxBytes},
+		{0, "1000", 1000},
+		{0, "999999999999", DefaultFileMaxBytes},
+		{500, "", 500},
+		{500, "100", 100},
+		{500, "1000", 500},
+	} {
+		cfg := map[string]string{}
+		if c.cfg != "" {
+			cfg["max_bytes"] = c.cfg
+		}
+		in := loadBuiltin(t, Env{FileDir: t.TempDir(), FileMaxBytes: c.host}, "file", cfg)
+		if got := in.Plugin.(*file).maxBytes; got != c.want {
+			t.Errorf("host %d, tribe %q: cap %d, want %d", c.host, c.cfg, got, c.want)
+		}
+	}
+}
+
+func TestFilePublishStopsAtTheCap(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.jsonl")
+	in := loadBuiltin(t, Env{FileDir: dir, FileMaxBytes: 10 << 10}, "file", map[string]string{"path": "out.jsonl", "max_bytes": "1000"})
+	data := json.RawMessage(`"` + strings.Repeat("x", 100) + `"`)
+	var lines int
+	var err error
+	for lines = 0; lines < 100; lines++ {
+		if _, err = in.Invoke(context.Background(), "publish", data); err != nil {
+			break
+		}
+	}
+	if code(err) != CodeTooLarge || !strings.Contains(err.Error(), "max_bytes") || !strings.Contains(err.Error(), "full") {
+		t.Fatalf("after %d lines: %v; want a too_large error naming max_bytes", lines, err)
+	}
+	fi, serr := os.Stat(path)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	// Whole lines of about 150 bytes, up to the cap and no further.
+	if lines == 0 || fi.Size() > 1000 || fi.Size() < 1000-200 {
+		t.Fatalf("%d lines, %d bytes: want lines up to the 1000-byte cap and no more", lines, fi.Size())
+	}
+	raw, _ := os.ReadFile(path)
+	for l := range strings.Lines(string(raw)) {
+		if !json.Valid([]byte(l)) || !strings.HasSuffix(l, "\n") {
+			t.Fatalf("not a whole JSON line: %q", l)
+		}
+	}
+	// Refused again, and the file is not touched.
+	if _, err := in.Invoke(context.Background(), "publish", data); code(err) != CodeTooLarge {
+		t.Fatalf("publish to a full file: %v", err)
+	}
+	if again, _ := os.Stat(path); again.Size() != fi.Size() {
+		t.Fatalf("a refused publish changed the file: %d bytes, was %d", again.Size(), fi.Size())
+	}
+	// A line bigger than the whole cap is refused before the file is opened.
+	big := loadBuiltin(t, Env{FileDir: dir, FileMaxBytes: 50}, "file", map[string]string{"path": "big.jsonl"})
+	if _, err := big.Invoke(context.Background(), "publish", data); code(err) != CodeTooLarge {
+		t.Fatalf("line over the cap: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "big.jsonl")); !os.IsNotExist(err) {
+		t.Fatalf("a refused line created the file: %v", err)
 	}
 }
 

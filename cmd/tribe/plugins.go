@@ -63,7 +63,7 @@ Without --callers only trusted writers may call it. A membership counts
 only for an admitted node, and a policy membership only while that policy
 exists, names the tribe and matches the node's facts.`,
 				Flags: []cli.Flag{tribeFlag,
-					&cli.StringSliceFlag{Name: "config", Usage: "plugin setting key=value, repeatable (every plugin takes concurrency and queue; exec: timeout, max_output; file: path; sys: paths)"},
+					&cli.StringSliceFlag{Name: "config", Usage: "plugin setting key=value, repeatable (every plugin takes concurrency and queue; exec: timeout, max_output; file: path, max_bytes; sys: paths)"},
 					&cli.StringSliceFlag{Name: "callers", Usage: "who besides trusted writers may call it: members, tribe:NAME or admitted, repeatable (default: trusted writers only)"}},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {

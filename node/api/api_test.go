@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,13 +12,36 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeAgent answers Status and Peers; the embedded nil Agent makes any
 // other call panic, which the HTTP server turns into a failed request.
 type fakeAgent struct {
 	Agent
-	err error
+	err     error
+	callFor time.Duration // how long Call runs
+}
+
+func (f fakeAgent) Join(_ context.Context, _ string, nodes []string) ([]Member, error) {
+	var m []Member
+	for _, n := range nodes {
+		m = append(m, Member{Name: n})
+	}
+	return m, f.err
+}
+
+// Call answers once at once and once after callFor, unless its context
+// ends first.
+func (f fakeAgent) Call(ctx context.Context, _ CallRequest, emit func(CallResult)) (CallSummary, error) {
+	emit(CallResult{Name: "first"})
+	select {
+	case <-time.After(f.callFor):
+	case <-ctx.Done():
+		return CallSummary{}, fmt.Errorf("call cancelled after the first answer: %w", ctx.Err())
+	}
+	emit(CallResult{Name: "second"})
+	return CallSummary{Targets: 2, Answered: 2}, f.err
 }
 
 func (f fakeAgent) Status(context.Context) (Status, error) {
@@ -29,10 +53,10 @@ func (f fakeAgent) Peers(context.Context) ([]Peer, error) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func listen(t *testing.T, a Agent) (*Server, string) {
+func listen(t *testing.T, a Agent, opts ...Option) (*Server, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), SocketName)
-	s, err := Listen(path, a, quiet)
+	s, err := Listen(path, a, quiet, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +133,64 @@ func TestShutdownRemovesSocket(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("socket still there: %v", err)
+	}
+}
+
+// shortLimits make a stalled client's fate visible in milliseconds.
+var shortLimits = Limits{HeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond, IdleTimeout: time.Second, MaxBody: 1000}
+
+func TestStalledClientIsCutOff(t *testing.T) {
+	_, path := listen(t, fakeAgent{}, WithLimits(shortLimits))
+	for _, c := range []struct {
+		name, sent, answer string
+	}{
+		{"in the headers", "POST /v1/tribes/t/join HTTP/1.1\r\nHost: tribe\r\n", ""},
+		{"in the body", "POST /v1/tribes/t/join HTTP/1.1\r\nHost: tribe\r\nContent-Length: 100\r\n\r\n{\"nodes\":[", "HTTP/1.1 408"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, c.sent); err != nil {
+				t.Fatal(err)
+			}
+			// The client now stalls. The server must hang up long before
+			// this deadline, which only keeps a failing test from hanging.
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, err := io.ReadAll(conn)
+			if err != nil {
+				t.Fatalf("the server kept a stalled client: %v (read %q)", err, got)
+			}
+			if !strings.HasPrefix(string(got), c.answer) {
+				t.Fatalf("answer %q, want it to start with %q", got, c.answer)
+			}
+		})
+	}
+}
+
+func TestBodyOverTheCapIsRefused(t *testing.T) {
+	_, path := listen(t, fakeAgent{}, WithLimits(shortLimits))
+	_, err := NewClient(path).Join(context.Background(), "t", []string{strings.Repeat("n", 2000)})
+	var apiErr *Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusRequestEntityTooLarge || !strings.Contains(apiErr.Message, "over 1000 bytes") {
+		t.Fatalf("err = %#v, want 413 naming the cap", err)
+	}
+	// Below the cap the body reaches the agent.
+	m, err := NewClient(path).Join(context.Background(), "t", []string{"a"})
+	if err != nil || len(m) != 1 || m[0].Name != "a" {
+		t.Fatalf("join under the cap: %v, %v", m, err)
+	}
+}
+
+// A call runs, and streams, for longer than the body timeout: the body's
+// deadline must not reach the answer or the request's context.
+func TestLongCallOutlivesTheBodyTimeout(t *testing.T) {
+	_, path := listen(t, fakeAgent{callFor: 3 * shortLimits.BodyTimeout}, WithLimits(shortLimits))
+	var got []CallResult
+	sum, err := NewClient(path).Call(context.Background(), CallRequest{Plugin: "echo", Method: "echo"}, func(r CallResult) { got = append(got, r) })
+	if err != nil || sum.Answered != 2 || len(got) != 2 {
+		t.Fatalf("call: %+v, %d results, %v", sum, len(got), err)
 	}
 }

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,8 +15,33 @@ import (
 	"time"
 )
 
-// maxRequestBody caps what a client may send in one request.
-const maxRequestBody = 1 << 20
+// Limits bound what one client of the socket may hold: a client that
+// stalls mid-request is cut off, and a body past MaxBody is refused. A
+// zero timeout means none.
+type Limits struct {
+	// HeaderTimeout is how long a client has to send a request's headers.
+	HeaderTimeout time.Duration
+	// BodyTimeout is how long it then has to send the body. It covers the
+	// body only: the answer (a `tribe call` streams for as long as the
+	// call runs) has no deadline, and neither has the request's context.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection that sends no request.
+	IdleTimeout time.Duration
+	// MaxBody caps a request body; past it the answer is 413. It must be
+	// positive.
+	MaxBody int64
+}
+
+// DefaultLimits are the limits of the agent's socket.
+func DefaultLimits() Limits {
+	return Limits{HeaderTimeout: 10 * time.Second, BodyTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxBody: 1 << 20}
+}
+
+// Option is an optional setting of Listen.
+type Option func(*Limits)
+
+// WithLimits replaces DefaultLimits (tests shorten the timeouts).
+func WithLimits(l Limits) Option { return func(dst *Limits) { *dst = l } }
 
 // Server serves an Agent on a Unix socket.
 type Server struct {
@@ -27,7 +54,14 @@ type Server struct {
 // Listen opens the socket at path with mode 0600. A stale socket left by an
 // agent that died is removed; a socket another live agent answers on is an
 // error, so two agents never share a data dir.
-func Listen(path string, agent Agent, log *slog.Logger) (*Server, error) {
+func Listen(path string, agent Agent, log *slog.Logger, opts ...Option) (*Server, error) {
+	limits := DefaultLimits()
+	for _, o := range opts {
+		o(&limits)
+	}
+	if limits.MaxBody <= 0 {
+		return nil, fmt.Errorf("api: request body cap %d: want a positive number of bytes", limits.MaxBody)
+	}
 	if len(path) >= 108 {
 		return nil, fmt.Errorf("api: socket path %s is %d bytes, over the 107 a Unix socket allows; use a shorter --data-dir", path, len(path))
 	}
@@ -51,9 +85,14 @@ func Listen(path string, agent Agent, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		path: path,
 		ln:   ln,
+		// No WriteTimeout: it would cut a `tribe call` that streams for
+		// minutes. No ReadTimeout either: the body gets its own deadline in
+		// readBody, which answers a stalled or oversized body with a clear
+		// 408 or 413 instead of a bare i/o timeout.
 		http: &http.Server{
-			Handler:           Handler(agent),
-			ReadHeaderTimeout: 10 * time.Second,
+			Handler:           handler(agent, limits),
+			ReadHeaderTimeout: limits.HeaderTimeout,
+			IdleTimeout:       limits.IdleTimeout,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		done: make(chan struct{}),
@@ -81,9 +120,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Handler routes API requests to agent. Every endpoint is a row here.
-func Handler(agent Agent) http.Handler {
+// Handler routes API requests to agent under DefaultLimits.
+func Handler(agent Agent) http.Handler { return handler(agent, DefaultLimits()) }
+
+// handler routes API requests to agent. Every endpoint is a row here.
+func handler(agent Agent, limits Limits) http.Handler {
 	mux := http.NewServeMux()
+	endpoint := func(f func(r *http.Request) (any, error)) http.Handler { return jsonHandler(limits, f) }
 	mux.Handle("GET /v1/status", endpoint(func(r *http.Request) (any, error) {
 		return agent.Status(r.Context())
 	}))
@@ -155,7 +198,7 @@ func Handler(agent Agent) http.Handler {
 	mux.Handle("DELETE /v1/tribes/{tribe}/plugins/{plugin}", endpoint(func(r *http.Request) (any, error) {
 		return agent.UnloadPlugin(r.Context(), r.PathValue("plugin"), r.PathValue("tribe"))
 	}))
-	mux.Handle("POST /v1/call", callHandler(agent))
+	mux.Handle("POST /v1/call", callHandler(agent, limits))
 	mux.Handle("POST /v1/admit", endpoint(func(r *http.Request) (any, error) {
 		var req AdmitRequest
 		if err := decode(r, &req); err != nil {
@@ -195,19 +238,58 @@ func BadRequest(err error) error { return &Error{Status: http.StatusBadRequest, 
 // NotFound marks err as naming something that does not exist (HTTP 404).
 func NotFound(err error) error { return &Error{Status: http.StatusNotFound, Message: err.Error()} }
 
-// endpoint adapts a function returning a value or an error to a handler
+// status is the HTTP status of an error from the agent: its own if it is
+// an *Error, else 500.
+func status(err error) int {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Status
+	}
+	return http.StatusInternalServerError
+}
+
+// readBody reads the whole request body, at most l.MaxBody bytes within
+// l.BodyTimeout, before the handler runs; the handler reads it from
+// memory. Once the body is in, the read deadline is lifted, so it never
+// reaches the answer or the request's context (net/http lifts it too when
+// it starts watching for the client to hang up; this does not rely on
+// it). After a failed read it stays: the server would otherwise wait, with
+// no deadline, to drain the rest of a stalled body before answering.
+func readBody(w http.ResponseWriter, r *http.Request, l Limits) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	rc := http.NewResponseController(w)
+	deadline := l.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(l.BodyTimeout)) == nil
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.MaxBody))
+	var tooLarge *http.MaxBytesError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &tooLarge):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over %d bytes", tooLarge.Limit)}
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return &Error{Status: http.StatusRequestTimeout, Message: fmt.Sprintf("request body not sent within %v", l.BodyTimeout)}
+	case err != nil:
+		return BadRequest(fmt.Errorf("reading the request body: %w", err))
+	}
+	if deadline {
+		rc.SetReadDeadline(time.Time{})
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
+}
+
+// jsonHandler adapts a function returning a value or an error to a handler
 // that writes JSON.
-func endpoint(f func(r *http.Request) (any, error)) http.Handler {
+func jsonHandler(l Limits, f func(r *http.Request) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+		if err := readBody(w, r, l); err != nil {
+			writeError(w, status(err), err)
+			return
+		}
 		v, err := f(r)
 		if err != nil {
-			status := http.StatusInternalServerError
-			var apiErr *Error
-			if errors.As(err, &apiErr) {
-				status = apiErr.Status
-			}
-			writeError(w, status, err)
+			writeError(w, status(err), err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -218,12 +300,15 @@ func endpoint(f func(r *http.Request) (any, error)) http.Handler {
 // callHandler streams a call's results as JSON lines, flushed one by one,
 // so the CLI shows each node's answer as it arrives. Errors before the
 // first result are ordinary error responses.
-func callHandler(agent Agent) http.Handler {
+func callHandler(agent Agent, l Limits) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		var req CallRequest
+		if err := readBody(w, r, l); err != nil {
+			writeError(w, status(err), err)
+			return
+		}
 		if err := decode(r, &req); err != nil {
-			writeError(w, http.StatusBadRequest, err)
+			writeError(w, status(err), err)
 			return
 		}
 		flusher, _ := w.(http.Flusher)
@@ -243,12 +328,7 @@ func callHandler(agent Agent) http.Handler {
 		sum, err := agent.Call(r.Context(), req, func(res CallResult) { line(callLine{Node: &res}) })
 		switch {
 		case err != nil && !started:
-			status := http.StatusInternalServerError
-			var apiErr *Error
-			if errors.As(err, &apiErr) {
-				status = apiErr.Status
-			}
-			writeError(w, status, err)
+			writeError(w, status(err), err)
 		case err != nil:
 			line(callLine{Error: err.Error()})
 		default:

@@ -364,13 +364,40 @@ func memberKey(tribe string, id peer.ID, via string) string {
 	return tribesPrefix + tribe + "/members/" + id.String() + "/" + via
 }
 
+// maxNodesPerRequest bounds the distinct nodes one join or leave names:
+// each is a signed entry, stored, fsynced and published.
+const maxNodesPerRequest = 1024
+
+// distinctNodes resolves names to the distinct peer IDs they name (a node
+// named twice, or by name and by peer ID, is written once), refusing more
+// than maxNodesPerRequest distinct names.
+func (n *Node) distinctNodes(names []string) ([]peer.ID, error) {
+	seen := make(map[string]bool, min(len(names), maxNodesPerRequest+1))
+	var distinct []string
+	for _, s := range names {
+		if !seen[s] {
+			seen[s] = true
+			distinct = append(distinct, s)
+		}
+	}
+	if len(distinct) > maxNodesPerRequest {
+		return nil, api.BadRequest(fmt.Errorf("%d nodes named: at most %d in one request; split it", len(distinct), maxNodesPerRequest))
+	}
+	ids, err := n.resolve(distinct)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
 // Join implements api.Agent: manual membership of existing nodes in an
-// existing tribe.
+// existing tribe. It stops writing when ctx ends (the client left).
 func (n *Node) Join(ctx context.Context, tribe string, nodes []string) ([]api.Member, error) {
 	if _, ok := n.tribes()[tribe]; !ok {
 		return nil, api.NotFound(fmt.Errorf("%w %q (create it with `tribe create %s`)", ErrUnknownTribe, tribe, tribe))
 	}
-	ids, err := n.resolve(nodes)
+	ids, err := n.distinctNodes(nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +408,10 @@ func (n *Node) Join(ctx context.Context, tribe string, nodes []string) ([]api.Me
 		}
 	}
 	b, _ := json.Marshal(memberRecord{})
-	for _, id := range ids {
+	for i, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("node: join %s: stopped after %d of %d nodes: %w", tribe, i, len(ids), err)
+		}
 		if _, err := n.replica.Put(ctx, memberKey(tribe, id, "manual"), b); err != nil {
 			return nil, writeErr(err)
 		}
@@ -389,13 +419,14 @@ func (n *Node) Join(ctx context.Context, tribe string, nodes []string) ([]api.Me
 	return n.members(n.tribes()[tribe]), nil
 }
 
-// Leave implements api.Agent: it removes manual membership.
+// Leave implements api.Agent: it removes manual membership. It stops
+// writing when ctx ends (the client left).
 func (n *Node) Leave(ctx context.Context, tribe string, nodes []string) ([]api.Member, error) {
 	v, ok := n.tribes()[tribe]
 	if !ok {
 		return nil, api.NotFound(fmt.Errorf("%w %q", ErrUnknownTribe, tribe))
 	}
-	ids, err := n.resolve(nodes)
+	ids, err := n.distinctNodes(nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +435,10 @@ func (n *Node) Leave(ctx context.Context, tribe string, nodes []string) ([]api.M
 			return nil, api.BadRequest(fmt.Errorf("node %s is not a manual member of %q", id, tribe))
 		}
 	}
-	for _, id := range ids {
+	for i, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("node: leave %s: stopped after %d of %d nodes: %w", tribe, i, len(ids), err)
+		}
 		if _, err := n.replica.Delete(ctx, memberKey(tribe, id, "manual")); err != nil {
 			return nil, writeErr(err)
 		}

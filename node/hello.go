@@ -26,6 +26,9 @@ const HelloProtocol protocol.ID = "/tribe/hello/1.0.0"
 const (
 	maxHelloSize = 4 << 10
 	helloTimeout = 10 * time.Second
+	// badHelloWarnEvery is how often a peer's bad hellos may be warned of;
+	// the bad_hello counter counts them all.
+	badHelloWarnEvery = time.Minute
 )
 
 // ErrBadHello is returned for a hello message that is not valid.
@@ -138,8 +141,7 @@ func (n *Node) greet(p peer.ID) {
 	h, err := readHello(s)
 	if err != nil {
 		s.Reset()
-		n.badHello.Add(1)
-		n.log.Warn("hello: bad answer", "peer", p, "err", err)
+		n.badHelloSeen(p, "hello: bad answer", err)
 		return
 	}
 	n.heard(p, h)
@@ -152,8 +154,7 @@ func (n *Node) handleHello(s network.Stream) {
 	h, err := readHello(s)
 	if err != nil {
 		s.Reset()
-		n.badHello.Add(1)
-		n.log.Warn("hello: bad message", "peer", s.Conn().RemotePeer(), "err", err)
+		n.badHelloSeen(s.Conn().RemotePeer(), "hello: bad message", err)
 		return
 	}
 	if err := writeHello(s, n.ownHello()); err != nil {
@@ -161,6 +162,14 @@ func (n *Node) handleHello(s network.Stream) {
 		return
 	}
 	n.heard(s.Conn().RemotePeer(), h)
+}
+
+// badHelloSeen warns of a bad hello from p, at most once a minute per peer,
+// and counts it. It warns first: once the count has moved, the warning is
+// settled.
+func (n *Node) badHelloSeen(p peer.ID, msg string, err error) {
+	n.helloWarn.warn(n.log, p.String(), msg, "peer", p, "err", err)
+	n.badHello.Add(1)
 }
 
 // heard records a peer's hello; a new peer of our cluster is remembered at

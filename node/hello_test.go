@@ -2,9 +2,18 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -63,4 +72,81 @@ func FuzzReadHello(f *testing.F) {
 			t.Fatalf("round trip of %+v: %+v, %v", h, again, err)
 		}
 	})
+}
+
+// captureHandler keeps every record logged through it (and through loggers
+// derived from it).
+type captureHandler struct {
+	mu   *sync.Mutex
+	recs *[]slog.Record
+}
+
+func newCaptureHandler() captureHandler { return captureHandler{&sync.Mutex{}, &[]slog.Record{}} }
+
+func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h captureHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.recs = append(*h.recs, r.Clone())
+	return nil
+}
+func (h captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h captureHandler) WithGroup(string) slog.Handler      { return h }
+
+// warnings returns the messages of the WARN records that start with prefix.
+func (h captureHandler) warnings(prefix string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range *h.recs {
+		if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, prefix) {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+// A peer sending bad hellos in a loop gets one warning a minute, the next
+// saying how many were held back; the bad_hello counter counts every one.
+func TestBadHellosAreWarnedOncePerPeerPerMinute(t *testing.T) {
+	logs := newCaptureHandler()
+	var offset atomic.Int64 // the test's clock runs ahead of the real one by this
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	n := startNodeDeps(t, loopbackConfig(t, "a"), Deps{Logger: slog.New(logs), Now: clock})
+
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Connect(context.Background(), peer.AddrInfo{ID: n.ID(), Addrs: n.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	badHellos := func(k int) {
+		t.Helper()
+		for range k {
+			s, err := h.NewStream(context.Background(), n.ID(), HelloProtocol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(s, "not a hello\n")
+			io.Copy(io.Discard, s) // until the node resets the stream
+			s.Close()
+		}
+	}
+	badHellos(50)
+	waitFor(t, "the node to count 50 bad hellos", func() bool { return n.badHello.Load() == 50 })
+	if got := logs.warnings("hello:"); len(got) != 1 {
+		t.Fatalf("50 bad hellos logged %d warnings, want 1: %q", len(got), got)
+	}
+
+	offset.Store(int64(time.Minute))
+	badHellos(1)
+	waitFor(t, "the node to count 51 bad hellos and warn again", func() bool {
+		return n.badHello.Load() == 51 && len(logs.warnings("hello:")) >= 2
+	})
+	got := logs.warnings("hello:")
+	if len(got) != 2 || !strings.HasSuffix(got[1], "(49 similar suppressed)") {
+		t.Fatalf("a minute later: %q; want a second warning saying 49 were suppressed", got)
+	}
 }

@@ -108,6 +108,8 @@ type Node struct {
 	badHello atomic.Int64
 	drops    gossip.Drops // what pubsub drops under load
 
+	helloWarn *warnLimit // at most one bad-hello warning per peer a minute
+
 	collectFacts func(context.Context) (policy.Facts, error)
 	facts        factsState
 	recordMu     sync.Mutex // one writer of the node's record at a time (tribes.go)
@@ -158,6 +160,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	if n.now == nil {
 		n.now = time.Now
 	}
+	n.helloWarn = newWarnLimit(badHelloWarnEvery, 1024, n.now)
 	if n.rng == nil {
 		var seed [16]byte
 		crand.Read(seed[:])

@@ -41,7 +41,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.StringSliceFlag{Name: "exec", Usage: "NAME=COMMAND the exec plugin may run when asked for NAME, repeatable; COMMAND is split on spaces, no shell (the config file's exec.commands also sets timeouts and output caps)"},
 			&cli.BoolFlag{Name: "exec-any", Usage: "let callers run any command line through the exec plugin, not only the defined ones: a remote shell for every trusted writer and tribe member"},
 			&cli.StringFlag{Name: "file-dir", Usage: "where the file plugin writes (default: <data-dir>/files)"},
-			&cli.Int64Flag{Name: "file-max-bytes", Usage: "cap on each file the file plugin writes, beyond which publish is refused; a tribe's max_bytes only lowers it (default: 64 MiB)"},
+			&cli.Int64Flag{Name: "file-max-bytes", Usage: "cap on each file the file plugin writes, beyond which publish is refused; a tribe's max_bytes only lowers it", DefaultText: "64 MiB"},
 		},
 		Action: runAgent,
 	}

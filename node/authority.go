@@ -395,7 +395,12 @@ func (n *Node) Revoke(ctx context.Context, nodes []string) ([]api.Admission, err
 	return out, nil
 }
 
+// writeAdmission writes one admission entry, unless ctx has ended (the
+// client of a long admit or revoke left): nothing more is written then.
 func (n *Node) writeAdmission(ctx context.Context, id peer.ID, a authority.Admission) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("node: admission (%s) of %s not written: %w", a.State, id, err)
+	}
 	b, _ := json.Marshal(a)
 	if _, err := n.replica.Put(ctx, authority.AdmittedPrefix+id.String(), b); err != nil {
 		return writeErr(err)
@@ -404,10 +409,15 @@ func (n *Node) writeAdmission(ctx context.Context, id peer.ID, a authority.Admis
 }
 
 // resolveAny resolves names or peer IDs among every node with a record,
-// counted or not: admission is how a node comes to count.
+// counted or not: admission is how a node comes to count. Like join, it
+// takes at most maxNodesPerRequest distinct names and gives each node once.
 func (n *Node) resolveAny(nodes []string, names map[peer.ID]nodeName) ([]peer.ID, error) {
 	if len(nodes) == 0 {
 		return nil, api.BadRequest(errors.New("name at least one node"))
+	}
+	nodes, err := distinctNames(nodes)
+	if err != nil {
+		return nil, err
 	}
 	byName := map[string][]peer.ID{}
 	for id, rec := range names {
@@ -433,7 +443,7 @@ func (n *Node) resolveAny(nodes []string, names map[peer.ID]nodeName) ([]peer.ID
 		}
 		out = append(out, id)
 	}
-	return out, nil
+	return distinct(out), nil
 }
 
 // autoAdmitLoop admits, as a trusted writer, every pending node whose

@@ -368,27 +368,43 @@ func memberKey(tribe string, id peer.ID, via string) string {
 // each is a signed entry, stored, fsynced and published.
 const maxNodesPerRequest = 1024
 
+// distinctNames drops repeated names from a request, keeping the first of
+// each, and refuses more than maxNodesPerRequest distinct ones.
+func distinctNames(names []string) ([]string, error) {
+	names = distinct(names)
+	if len(names) > maxNodesPerRequest {
+		return nil, api.BadRequest(fmt.Errorf("%d nodes named: at most %d in one request; split it", len(names), maxNodesPerRequest))
+	}
+	return names, nil
+}
+
+// distinct returns s without repeats, in the order of their first
+// appearance.
+func distinct[T comparable](s []T) []T {
+	seen := make(map[T]bool, len(s))
+	var out []T
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // distinctNodes resolves names to the distinct peer IDs they name (a node
 // named twice, or by name and by peer ID, is written once), refusing more
 // than maxNodesPerRequest distinct names.
 func (n *Node) distinctNodes(names []string) ([]peer.ID, error) {
-	seen := make(map[string]bool, min(len(names), maxNodesPerRequest+1))
-	var distinct []string
-	for _, s := range names {
-		if !seen[s] {
-			seen[s] = true
-			distinct = append(distinct, s)
-		}
-	}
-	if len(distinct) > maxNodesPerRequest {
-		return nil, api.BadRequest(fmt.Errorf("%d nodes named: at most %d in one request; split it", len(distinct), maxNodesPerRequest))
-	}
-	ids, err := n.resolve(distinct)
+	names, err := distinctNames(names)
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(ids)
-	return slices.Compact(ids), nil
+	ids, err := n.resolve(names)
+	if err != nil {
+		return nil, err
+	}
+	return distinct(ids), nil
 }
 
 // Join implements api.Agent: manual membership of existing nodes in an

@@ -11,14 +11,60 @@ import (
 	"testing"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/node/api"
 )
 
-// memberWrites counts the entries written under tribe t's members.
-func memberWrites(t *testing.T, n *Node) *atomic.Int64 {
+// writesUnder counts the entries written under prefix.
+func writesUnder(t *testing.T, n *Node, prefix string) *atomic.Int64 {
 	var count atomic.Int64
-	t.Cleanup(n.replica.Watch(tribesPrefix+"t/members/", func(gossip.Change) { count.Add(1) }))
+	t.Cleanup(n.replica.Watch(prefix, func(gossip.Change) { count.Add(1) }))
 	return &count
+}
+
+// manyNames is more distinct node names than one request may carry.
+func manyNames() []string {
+	out := make([]string, maxNodesPerRequest+1)
+	for i := range out {
+		out[i] = fmt.Sprintf("n%d", i)
+	}
+	return out
+}
+
+type nodesOp[T any] struct {
+	name string
+	do   func(context.Context, []string) ([]T, error)
+	want int // results once it is done
+}
+
+// checkEachNodeOnce runs each op with too many nodes, with its client gone,
+// and with one node named 10,000 times by name and once by peer ID: the
+// first two write nothing, the last writes one entry under writes.
+func checkEachNodeOnce[T any](t *testing.T, writes *atomic.Int64, name string, id string, ops ...nodesOp[T]) {
+	same := append(slices.Repeat([]string{name}, 10_000), id)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			before := writes.Load()
+			if _, err := op.do(context.Background(), manyNames()); statusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "at most 1024") {
+				t.Fatalf("%d nodes: %v; want a bad request naming the bound", maxNodesPerRequest+1, err)
+			}
+			if _, err := op.do(cancelled, same); !errors.Is(err, context.Canceled) {
+				t.Fatalf("with the client gone: %v; want context.Canceled", err)
+			}
+			if got := writes.Load() - before; got != 0 {
+				t.Fatalf("refused requests wrote %d entries", got)
+			}
+			res, err := op.do(context.Background(), same)
+			if err != nil || len(res) != op.want {
+				t.Fatalf("one node %d times: %v, %v", len(same), res, err)
+			}
+			if got := writes.Load() - before; got != 1 {
+				t.Fatalf("one node %d times wrote %d entries, want 1", len(same), got)
+			}
+		})
+	}
 }
 
 func statusOf(err error) int {
@@ -38,38 +84,19 @@ func TestJoinAndLeaveWriteEachNodeOnce(t *testing.T) {
 	if _, err := a.CreateTribe(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	writes := memberWrites(t, a)
-	same := append(slices.Repeat([]string{"a"}, 10_000), a.ID().String())
+	in := func(f func(context.Context, string, []string) ([]api.Member, error)) func(context.Context, []string) ([]api.Member, error) {
+		return func(ctx context.Context, nodes []string) ([]api.Member, error) { return f(ctx, "t", nodes) }
+	}
+	checkEachNodeOnce(t, writesUnder(t, a, tribesPrefix+"t/members/"), "a", a.ID().String(),
+		nodesOp[api.Member]{"join", in(a.Join), 1}, nodesOp[api.Member]{"leave", in(a.Leave), 0})
+}
 
-	tooMany := make([]string, maxNodesPerRequest+1)
-	for i := range tooMany {
-		tooMany[i] = fmt.Sprintf("n%d", i)
+// The same for admit and revoke.
+func TestAdmitAndRevokeWriteEachNodeOnce(t *testing.T) {
+	admin, ns := trustedCluster(t, nil, "b")
+	admit := func(ctx context.Context, nodes []string) ([]api.Admission, error) {
+		return admin.Admit(ctx, nodes, false)
 	}
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	for _, op := range []struct {
-		name string
-		do   func(context.Context, string, []string) ([]api.Member, error)
-		left int // members once it is done
-	}{{"join", a.Join, 1}, {"leave", a.Leave, 0}} {
-		t.Run(op.name, func(t *testing.T) {
-			before := writes.Load()
-			if _, err := op.do(ctx, "t", tooMany); statusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "at most 1024") {
-				t.Fatalf("%d nodes: %v; want a bad request naming the bound", len(tooMany), err)
-			}
-			if _, err := op.do(cancelled, "t", same); !errors.Is(err, context.Canceled) {
-				t.Fatalf("with the client gone: %v; want context.Canceled", err)
-			}
-			if got := writes.Load() - before; got != 0 {
-				t.Fatalf("refused requests wrote %d entries", got)
-			}
-			m, err := op.do(ctx, "t", same)
-			if err != nil || len(m) != op.left {
-				t.Fatalf("%s one node %d times: %v, %v", op.name, len(same), m, err)
-			}
-			if got := writes.Load() - before; got != 1 {
-				t.Fatalf("%s one node %d times wrote %d entries, want 1", op.name, len(same), got)
-			}
-		})
-	}
+	checkEachNodeOnce(t, writesUnder(t, admin, authority.AdmittedPrefix), "b", ns["b"].ID().String(),
+		nodesOp[api.Admission]{"admit", admit, 1}, nodesOp[api.Admission]{"revoke", admin.Revoke, 1})
 }

@@ -192,7 +192,7 @@ func (n *Node) checkArrivingMembership(c gossip.Change) {
 	}
 	if len(n.policyBacking(tribe, id, c.New)) == 0 {
 		n.auth.unbacked.Add(1)
-		n.log.Debug("a policy membership no policy backs counts for nothing",
+		n.authWarn.warn(n.log, id.String(), "a policy membership no policy backs counts for nothing (it counts once a policy for the tribe matches the node's facts)",
 			"tribe", tribe, "node", id)
 	}
 }
@@ -236,7 +236,7 @@ func (n *Node) checkArrivingRecord(c gossip.Change) {
 	}
 	if holder, ok := n.nameHolder(rec.Name, id); ok {
 		n.auth.nameTaken.Add(1)
-		n.log.Debug("a node claims a name a live node holds; the claim is ignored",
+		n.authWarn.warn(n.log, id.String(), "a node claims a name a live node holds; the claim is ignored",
 			"name", rec.Name, "claimant", id, "holder", holder)
 	}
 }

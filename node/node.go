@@ -109,6 +109,7 @@ type Node struct {
 	drops    gossip.Drops // what pubsub drops under load
 
 	helloWarn *warnLimit // at most one bad-hello warning per peer a minute
+	authWarn  *warnLimit // at most one warning per author a minute (authority.go)
 
 	collectFacts func(context.Context) (policy.Facts, error)
 	facts        factsState
@@ -161,6 +162,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.now = time.Now
 	}
 	n.helloWarn = newWarnLimit(badHelloWarnEvery, 1024, n.now)
+	n.authWarn = newWarnLimit(badHelloWarnEvery, 1024, n.now)
 	if n.rng == nil {
 		var seed [16]byte
 		crand.Read(seed[:])

@@ -94,7 +94,9 @@ func matches(pattern, segs []string) bool {
 	for i, p := range pattern {
 		switch {
 		case p == "{peer}":
-			if _, err := peer.Decode(segs[i]); err != nil {
+			// Only the canonical form: one peer, one key (another encoding
+			// of the same ID would be a second key for the same node).
+			if id, err := peer.Decode(segs[i]); err != nil || id.String() != segs[i] {
 				return false
 			}
 		case strings.HasPrefix(p, "{"):

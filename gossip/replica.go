@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -327,11 +328,14 @@ func (r *Replica) storeAndApply(entries []*Signed) ([]*Change, error) {
 	return changes, nil
 }
 
+// notify calls the watchers in the order they were registered: a watcher
+// may rely on one registered before it having seen the same change.
 func (r *Replica) notify(changes []*Change) {
 	r.mu.Lock()
-	ws := make([]watch, 0, len(r.watchers))
-	for _, w := range r.watchers {
-		ws = append(ws, w)
+	ids := slices.Sorted(maps.Keys(r.watchers))
+	ws := make([]watch, 0, len(ids))
+	for _, id := range ids {
+		ws = append(ws, r.watchers[id])
 	}
 	r.mu.Unlock()
 	for _, c := range changes {

@@ -286,7 +286,7 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 	if len(seen) != len(examples) {
 		t.Errorf("examples name kinds the table lacks: %v vs %v", examples, seen)
 	}
-	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER", "admitted", "admitted/not-a-peer"} {
+	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER", "admitted", "admitted/not-a-peer", "admitted/" + cidForm(t, p)} {
 		if _, err := Classify(bad); !errors.Is(err, ErrUnknownKey) {
 			t.Errorf("Classify(%q) = %v, want ErrUnknownKey", bad, err)
 		}
@@ -319,4 +319,19 @@ func sealAs(p *payload, key crypto.PrivKey) ([]byte, error) {
 		return nil, err
 	}
 	return env.Marshal()
+}
+
+// cidForm is p's peer ID in its CIDv1 encoding, which peer.Decode also
+// reads: not the canonical key of p.
+func cidForm(t *testing.T, p string) string {
+	t.Helper()
+	id, err := peer.Decode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := peer.ToCid(id).String()
+	if back, err := peer.Decode(c); err != nil || back != id || c == p {
+		t.Fatalf("CIDv1 form %q of %s: %v", c, p, err)
+	}
+	return c
 }

@@ -168,7 +168,7 @@ func TestNamesAndRevocation(t *testing.T) {
 	if err != nil || ids[0] != b.ID() {
 		t.Fatalf("resolve b = %v, %v; want the admitted b", ids, err)
 	}
-	if _, err := admin.Admit(ctx, []string{imp.ID().String()}, false); err == nil || !strings.Contains(err.Error(), "held by live node") {
+	if _, err := admin.Admit(ctx, []string{imp.ID().String()}, false); err == nil || !strings.Contains(err.Error(), "held by node") {
 		t.Fatalf("admitting a node under a live node's name: %v", err)
 	}
 	res, err := admin.Admit(ctx, nil, true)
@@ -228,5 +228,95 @@ func TestAutoAdmit(t *testing.T) {
 	bad.Trusted, bad.AutoAdmit = nil, "true"
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "trusted") {
 		t.Fatalf("auto-admit with open trust: %v", err)
+	}
+}
+
+// An admitted node that renames itself to another node's name gains
+// nothing: names are bound at admission, and the holder keeps its name
+// while it is down.
+func TestAdmittedNodeCannotTakeAName(t *testing.T) {
+	admin, ns := trustedCluster(t, nil, "db1", "evil")
+	db1, evil := ns["db1"], ns["evil"]
+	ctx := context.Background()
+	if _, err := admin.Admit(ctx, []string{"db1", "evil"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateTribe(ctx, "secure"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "evil to see its admission", func() bool { return evil.rules().Status(evil.ID()) == authority.Admitted })
+	evil.cfg.Name = "db1"
+	if err := evil.publishSelf(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "admin to see the rename", func() bool { r, _ := admin.nodeNamed(evil.ID()); return r.Name == "db1" })
+	if st, _ := admin.Status(ctx); st.Rejected["name_taken"] < 1 {
+		t.Fatalf("the claim was not counted: %v", st.Rejected)
+	}
+	db1.Close()
+	waitFor(t, "db1 to be gone", func() bool { return admin.liveness(db1.ID()) != Alive })
+	ids, err := admin.resolve([]string{"db1"})
+	if err != nil || ids[0] != db1.ID() {
+		t.Fatalf("db1 resolves to %v, %v; want the node admitted as db1", ids, err)
+	}
+	if _, err := admin.Join(ctx, "secure", []string{"db1"}); err != nil {
+		t.Fatal(err)
+	}
+	if admin.isMember("secure", evil.ID()) || !admin.isMember("secure", db1.ID()) {
+		t.Fatal("tribe join secure db1 made the impostor a member")
+	}
+	// Re-admitting evil under the taken name is refused even while db1
+	// is down; "evil" no longer answers to anything.
+	if _, err := admin.Admit(ctx, []string{evil.ID().String()}, false); err == nil || !strings.Contains(err.Error(), "held by node") {
+		t.Fatalf("re-admitting evil as db1: %v", err)
+	}
+	if ids, err := admin.resolve([]string{"evil"}); err != nil || ids[0] != evil.ID() {
+		t.Fatalf("evil still answers to its admitted name: %v, %v", ids, err)
+	}
+}
+
+// Admission and revocation move a node's plugins and its right to serve
+// calls with them, every time (the plugin loop sees the admission applied,
+// whatever the watchers' order).
+func TestRevocationUnloadsAndRefuses(t *testing.T) {
+	admin, ns := trustedCluster(t, map[string]policy.Facts{"b": {"role": "db"}}, "b")
+	b := ns["b"]
+	ctx := context.Background()
+	if _, err := admin.CreatePolicy(ctx, "db", "core", `facts.role == "db"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.LoadPlugin(ctx, "echo", "core", api.LoadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	id := b.ID().String()
+	for round := range 3 {
+		if _, err := admin.Admit(ctx, []string{id}, false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "b to load echo", func() bool { _, ok := b.plugins.get("core", "echo"); return ok })
+		if got := call(t, admin, api.CallRequest{Nodes: []string{id}, Plugin: "echo", Method: "echo"}); !got["b"].OK {
+			t.Fatalf("round %d: admin -> admitted b: %+v", round, got["b"])
+		}
+		if _, err := admin.Revoke(ctx, []string{id}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "b to unload echo", func() bool { _, ok := b.plugins.get("core", "echo"); return !ok })
+	}
+	// Revoked, b's manual membership can still be removed (by peer ID: a
+	// revoked node answers to no name).
+	if _, err := admin.Admit(ctx, []string{id}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Join(ctx, "core", []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Revoke(ctx, []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Leave(ctx, "core", []string{id}); err != nil {
+		t.Fatalf("removing a revoked node's manual membership: %v", err)
+	}
+	if _, ok := admin.replica.Get(memberKey("core", b.ID(), "manual")); ok {
+		t.Fatal("the manual membership is still there")
 	}
 }

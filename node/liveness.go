@@ -96,6 +96,7 @@ func sealPresence(key crypto.PrivKey, now time.Time) ([]byte, error) {
 type presence struct {
 	mu    sync.Mutex
 	heard map[peer.ID]time.Time
+	sent  map[peer.ID]time.Time // the sender's time of the latest message from each node
 	bad   int64
 }
 
@@ -107,10 +108,50 @@ func (p *presence) seen(id peer.ID, at time.Time) {
 	}
 }
 
+// newer records at as id's latest message time and reports whether it is
+// later than the one before.
+func (p *presence) newer(id peer.ID, at time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !at.After(p.sent[id]) {
+		return false
+	}
+	p.sent[id] = at
+	return true
+}
+
 func (p *presence) last(id peer.ID) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.heard[id]
+}
+
+// acceptPresence checks a presence message and records when its node was
+// heard, or counts it as bad. A message says "alive at its time": one
+// from the future, one older than the timeout, or one no newer than the
+// last from that node is a replay or a lie, and keeps nobody alive (a dead
+// node's old messages, replayed, once did).
+func (n *Node) acceptPresence(b []byte) error {
+	id, at, err := openPresence(b)
+	now := n.now()
+	switch {
+	case err != nil:
+	case at.After(now.Add(time.Minute)):
+		err = fmt.Errorf("%w: from the future", ErrBadPresence)
+	case at.Before(now.Add(-3*n.cfg.PresenceInterval - time.Minute)):
+		err = fmt.Errorf("%w: stale", ErrBadPresence)
+	case !n.presence.newer(id, at):
+		err = fmt.Errorf("%w: replayed", ErrBadPresence)
+	}
+	if err != nil {
+		n.presence.mu.Lock()
+		n.presence.bad++
+		n.presence.mu.Unlock()
+		return err
+	}
+	// Record the time we heard it, not the sender's clock.
+	n.presence.seen(id, now)
+	return nil
 }
 
 // startPresence joins the presence topic, records what it hears and
@@ -118,15 +159,9 @@ func (p *presence) last(id peer.ID) time.Time {
 func (n *Node) startPresence(ps *pubsub.PubSub, key crypto.PrivKey) error {
 	topic := "tribe/" + n.cfg.Cluster + "/presence/1"
 	err := ps.RegisterTopicValidator(topic, func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
-		id, at, err := openPresence(m.Data)
-		if err != nil || at.After(n.now().Add(time.Minute)) {
-			n.presence.mu.Lock()
-			n.presence.bad++
-			n.presence.mu.Unlock()
+		if n.acceptPresence(m.Data) != nil {
 			return pubsub.ValidationReject
 		}
-		// Record the time we heard it, not the sender's clock.
-		n.presence.seen(id, n.now())
 		return pubsub.ValidationAccept
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -69,4 +70,43 @@ func FuzzOpenPresence(f *testing.F) {
 			t.Fatal("accepted presence without a sender")
 		}
 	})
+}
+
+// Replayed and stale presence messages keep nobody alive, and are counted.
+func TestPresenceReplaysAreRefused(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "n"))
+	key, _, _ := crypto.GenerateEd25519Key(nil)
+	id, _ := peer.IDFromPrivateKey(key)
+	now := n.now()
+	fresh, _ := sealPresence(key, now)
+	if err := n.acceptPresence(fresh); err != nil {
+		t.Fatalf("a fresh message: %v", err)
+	}
+	heard := n.presence.last(id)
+	for name, b := range map[string][]byte{
+		"the same message again": fresh,
+		"an older one":           must(sealPresence(key, now.Add(-time.Second))),
+		"an hour old":            must(sealPresence(key, now.Add(-time.Hour))),
+		"from the future":        must(sealPresence(key, now.Add(time.Hour))),
+	} {
+		if err := n.acceptPresence(b); !errors.Is(err, ErrBadPresence) {
+			t.Errorf("%s: %v, want ErrBadPresence", name, err)
+		}
+	}
+	if n.presence.last(id) != heard {
+		t.Fatal("a refused message moved the time the node was heard")
+	}
+	if st, _ := n.Status(context.Background()); st.Rejected["bad_presence"] != 4 {
+		t.Fatalf("bad_presence = %d, want 4", st.Rejected["bad_presence"])
+	}
+	if err := n.acceptPresence(must(sealPresence(key, now.Add(time.Second)))); err != nil {
+		t.Fatalf("the next message: %v", err)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -239,6 +239,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, err
 	}
 	n.presence.heard = map[peer.ID]time.Time{}
+	n.presence.sent = map[peer.ID]time.Time{}
 	n.initAuthority()
 
 	var warn error

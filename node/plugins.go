@@ -262,7 +262,10 @@ func (n *Node) Authorize(caller peer.ID, req plugins.Request) (*plugins.Instance
 	var found *loadedPlugin
 	for _, t := range tribes {
 		l, ok := n.plugins.get(t, req.Plugin)
-		if !ok {
+		// Loaded is not enough: this node's own membership must count now
+		// (the plugin loop unloads after a revocation, but not in the
+		// same instant).
+		if !ok || !n.isMemberUnder(rules, t, n.host.ID()) {
 			continue
 		}
 		if l.err == nil && n.callers(t, req.Plugin).Allows(rules, caller, t, member) {
@@ -443,6 +446,12 @@ func (n *Node) callTargets(req api.CallRequest) ([]callTarget, error) {
 		ids, err := n.resolve(req.Nodes)
 		if err != nil {
 			return nil, err
+		}
+		rules := n.rules()
+		for _, id := range ids {
+			if !rules.Counts(id) {
+				return nil, api.BadRequest(fmt.Errorf("node %s is %s: it can be called once a trusted writer admits it (tribe admit)", id, rules.Status(id)))
+			}
 		}
 		for _, id := range ids {
 			add(id, "")

@@ -208,7 +208,7 @@ func (n *Node) resolve(names []string) ([]peer.ID, error) {
 			out = append(out, id)
 			continue
 		}
-		id, err := n.pick(s, n.named(rules, s))
+		id, err := n.pick(rules, s, n.named(rules, s))
 		if err != nil {
 			return nil, err
 		}
@@ -346,9 +346,12 @@ func (n *Node) DeleteTribe(ctx context.Context, name string) (api.Tribe, error) 
 			return api.Tribe{}, writeErr(err)
 		}
 	}
-	for id, via := range v.members {
-		if slices.Contains(via, "manual") {
-			if _, err := n.replica.Delete(ctx, memberKey(name, id, "manual")); err != nil {
+	// Every manual membership, counted or not: a revoked node's must not
+	// come back with its re-admission, nor in a tribe made anew under the
+	// same name.
+	for _, e := range n.replica.Prefix(tribesPrefix + name + "/members/") {
+		if _, _, via, ok := splitMemberKey(e.Key); ok && via == "manual" {
+			if _, err := n.replica.Delete(ctx, e.Key); err != nil {
 				return api.Tribe{}, writeErr(err)
 			}
 		}
@@ -446,8 +449,10 @@ func (n *Node) Leave(ctx context.Context, tribe string, nodes []string) ([]api.M
 	if err != nil {
 		return nil, err
 	}
+	// The entry, not the view: a revoked node's manual membership counts
+	// for nothing but can still be removed.
 	for _, id := range ids {
-		if !slices.Contains(v.members[id], "manual") {
+		if _, ok := n.replica.Get(memberKey(tribe, id, "manual")); !ok {
 			return nil, api.BadRequest(fmt.Errorf("node %s is not a manual member of %q", id, tribe))
 		}
 	}

@@ -78,10 +78,15 @@ func TestAdmissionAndGrantsEndToEnd(t *testing.T) {
 	if code != 1 || got["n2"].Code != "unauthorized" || !strings.Contains(got["n2"].Error, "pending") {
 		t.Fatalf("pending n1 -> n2: exit %d %+v", code, got)
 	}
-	// ...nor be called: it runs no tribe's plugins.
-	got, _, code = callLines(t, admin, "--node", n1ID, "echo", "echo")
-	if code != 1 || got["n1"].Code != "not_loaded" {
-		t.Fatalf("admin -> pending n1: exit %d %+v", code, got)
+	// ...nor be called: no caller targets it, and it runs no tribe's
+	// plugins.
+	if _, stderr, code := tribe("call", "--node", n1ID, "echo", "echo", "--data-dir", admin.dir); code != 1 || !strings.Contains(stderr, "pending") {
+		t.Fatalf("admin -> pending n1: exit %d %q", code, stderr)
+	}
+	var n1Plugins []api.Plugin
+	n1.cliJSON(&n1Plugins, "plugin", "list", "--tribe", "db")
+	if len(n1Plugins) != 1 || len(n1Plugins[0].Nodes) != 1 || n1Plugins[0].Nodes[0].Name != "n2" {
+		t.Fatalf("pending n1 sees db's echo on %+v, want on n2 alone", n1Plugins)
 	}
 
 	// Admitted, n1 joins db by the policy and may call its members.

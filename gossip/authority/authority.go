@@ -81,14 +81,16 @@ func DecodeAdmission(b []byte) (Admission, error) {
 
 // Rules are the trust list and the admissions, as the state holds them.
 type Rules struct {
-	trusted    map[peer.ID]bool
-	admissions map[peer.ID]Status
+	trusted   map[peer.ID]bool
+	admission func(peer.ID) (Status, bool)
 }
 
-// NewRules makes the rules for a trust list (none means open trust) and
-// the admissions read from the state. The maps are kept, not copied.
-func NewRules(trusted map[peer.ID]bool, admissions map[peer.ID]Status) Rules {
-	return Rules{trusted: trusted, admissions: admissions}
+// NewRules makes the rules for a trust list (none means open trust, and
+// the map is kept, not copied) and a look-up of the admissions in the
+// state (Admitted or Revoked, and whether there is one); the look-up must
+// be safe for concurrent use.
+func NewRules(trusted map[peer.ID]bool, admission func(peer.ID) (Status, bool)) Rules {
+	return Rules{trusted: trusted, admission: admission}
 }
 
 // Open reports whether there are no trusted writers.
@@ -102,8 +104,10 @@ func (r Rules) Status(id peer.ID) Status {
 	case r.trusted[id]:
 		return Trusted
 	}
-	if s, ok := r.admissions[id]; ok {
-		return s
+	if r.admission != nil {
+		if s, ok := r.admission(id); ok {
+			return s
+		}
 	}
 	return Pending
 }
@@ -126,18 +130,34 @@ type PolicyRef struct {
 	Expr  string
 }
 
-// Backing returns the policies among claimed that back a membership of
-// tribe: those that exist, name tribe and match the member's facts by
-// match (which evaluates an expression over them). None means the
-// membership counts for nothing. The result keeps claimed's order.
-func Backing(tribe string, claimed []string, policies map[string]PolicyRef, match func(expr string) bool) []string {
+// Candidates returns the distinct policies among claimed that exist and
+// name tribe, in claimed's order: the only ones worth evaluating. However
+// long the claim (an attacker's may repeat one name thousands of times),
+// there are at most as many as there are policies.
+func Candidates(tribe string, claimed []string, policies map[string]PolicyRef) []string {
 	var out []string
+	seen := make(map[string]bool, len(policies))
 	for _, name := range claimed {
-		p, ok := policies[name]
-		if !ok || p.Tribe != tribe || slices.Contains(out, name) {
+		if seen[name] {
 			continue
 		}
-		if match(p.Expr) {
+		seen[name] = true
+		if p, ok := policies[name]; ok && p.Tribe == tribe {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Backing returns the policies among claimed that back a membership of
+// tribe: those that exist, name tribe and match the member's facts by
+// match (which evaluates an expression over them; it is called once per
+// candidate). None means the membership counts for nothing. The result
+// keeps claimed's order.
+func Backing(tribe string, claimed []string, policies map[string]PolicyRef, match func(expr string) bool) []string {
+	var out []string
+	for _, name := range Candidates(tribe, claimed, policies) {
+		if match(policies[name].Expr) {
 			out = append(out, name)
 		}
 	}

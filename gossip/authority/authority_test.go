@@ -22,10 +22,14 @@ func newID(t *testing.T) peer.ID {
 	return id
 }
 
+func lookup(m map[peer.ID]Status) func(peer.ID) (Status, bool) {
+	return func(id peer.ID) (Status, bool) { s, ok := m[id]; return s, ok }
+}
+
 func TestStatusAndCounts(t *testing.T) {
 	w, a, r, p := newID(t), newID(t), newID(t), newID(t)
-	list := NewRules(map[peer.ID]bool{w: true}, map[peer.ID]Status{a: Admitted, r: Revoked, w: Revoked})
-	open := NewRules(nil, map[peer.ID]Status{r: Revoked})
+	list := NewRules(map[peer.ID]bool{w: true}, lookup(map[peer.ID]Status{a: Admitted, r: Revoked, w: Revoked}))
+	open := NewRules(nil, lookup(map[peer.ID]Status{r: Revoked}))
 	for _, tc := range []struct {
 		name   string
 		rules  Rules
@@ -77,7 +81,8 @@ func TestBacking(t *testing.T) {
 		"also":    {Tribe: "storage", Expr: "no"},
 		"web":     {Tribe: "web", Expr: "yes"},
 	}
-	match := func(expr string) bool { return expr == "yes" }
+	evals := 0
+	match := func(expr string) bool { evals++; return expr == "yes" }
 	for _, tc := range []struct {
 		name    string
 		tribe   string
@@ -95,11 +100,21 @@ func TestBacking(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	// A claim that repeats one name costs one evaluation, not one per
+	// repeat.
+	long := make([]string, 15000)
+	for i := range long {
+		long[i] = "also"
+	}
+	evals = 0
+	if got := Backing("storage", long, policies, match); got != nil || evals != 1 {
+		t.Errorf("a long claim: %v after %d evaluations, want none after 1", got, evals)
+	}
 }
 
 func TestGrant(t *testing.T) {
 	w, a, p := newID(t), newID(t), newID(t)
-	rules := NewRules(map[peer.ID]bool{w: true}, map[peer.ID]Status{a: Admitted})
+	rules := NewRules(map[peer.ID]bool{w: true}, lookup(map[peer.ID]Status{a: Admitted}))
 	memberOf := func(tribes ...string) func(string) bool {
 		return func(t string) bool { return slices.Contains(tribes, t) }
 	}

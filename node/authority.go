@@ -30,13 +30,13 @@ type authState struct {
 	admitted map[peer.ID]authority.Admission // by admitted/<peer>, updated one key at a time
 
 	mu        sync.Mutex
-	policyGen uint64                          // bumped on every policy change
-	refs      map[string]authority.PolicyRef  // the policies as of refsGen
-	refsGen   uint64                          //
-	backed    map[string]backing              // by member key
-	nameOf    map[peer.ID]string              // each record's name (names.go)
-	byName    map[string][]peer.ID            // records by name
-	admName   map[string][]peer.ID            // admitted nodes by the name they were admitted under
+	policyGen uint64                         // bumped on every policy change
+	refs      map[string]authority.PolicyRef // the policies as of refsGen
+	refsGen   uint64                         //
+	backed    map[string]backing             // by member key
+	nameOf    map[peer.ID]string             // each record's name (names.go)
+	byName    map[string][]peer.ID           // records by name
+	admName   map[string][]peer.ID           // admitted nodes by the name they were admitted under
 
 	unbacked  atomic.Int64 // policy memberships that counted for nothing when they arrived
 	nameTaken atomic.Int64 // records that claimed a name another node that counts holds

@@ -10,7 +10,9 @@
 //
 // What the node wires together, one file each:
 //
-//	host.go       the libp2p host of a real agent (transports, limits)
+//	host.go       the libp2p host of a real agent (transports, security, muxer)
+//	limits.go     its limits in one table: handshakes, connections, streams
+//	handshakes.go the per-address cap on connections still in the handshake
 //	hello.go      /tribe/hello/1.0.0: names and clusters of connected peers
 //	join.go       --join peers kept connected, with backoff
 //	discovery.go  mDNS, DHT rendezvous, and the loop that keeps TargetPeers

@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -319,5 +322,96 @@ func TestLimitsTable(t *testing.T) {
 				t.Errorf("ConnHigh %d: %s", high, rule.what)
 			}
 		}
+	}
+}
+
+// gatePlugin's calls wait until its gate opens.
+type gatePlugin struct{ open chan struct{} }
+
+func (*gatePlugin) Name() string       { return "gate" }
+func (*gatePlugin) Version() string    { return "1" }
+func (*gatePlugin) Kind() plugins.Kind { return plugins.Processor }
+func (*gatePlugin) Methods() []string  { return []string{"wait"} }
+func (g *gatePlugin) Call(ctx context.Context, _ string, _ json.RawMessage) (json.RawMessage, error) {
+	select {
+	case <-g.open:
+		return json.RawMessage(`"through"`), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// anyCaller lets every caller reach one instance.
+type anyCaller struct{ in *plugins.Instance }
+
+func (a anyCaller) Authorize(peer.ID, plugins.Request) (*plugins.Instance, error) { return a.in, nil }
+
+// listeningAgentHost is buildHost's host listening on loopback TCP.
+func listeningAgentHost(t *testing.T) host.Host {
+	t.Helper()
+	c := quietLoopbackConfig(t, "h")
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := buildHost(c, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	if err := h.Network().Listen(ma.StringCast("/ip4/127.0.0.1/tcp/0")); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// The agent's own limits carry a flood of calls from one peer to the call
+// protocol's busy refusal: none is reset on the way.
+func TestAgentHostsCarryACallFloodToItsRefusal(t *testing.T) {
+	caller, callee := listeningAgentHost(t), listeningAgentHost(t)
+	g := &gatePlugin{open: make(chan struct{})}
+	reg := plugins.NewRegistry()
+	reg.Register("gate", func(map[string]string) (plugins.Plugin, error) { return g, nil })
+	in, err := reg.Load("gate", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := plugins.NewServer(callee, anyCaller{in}, slog.New(slog.DiscardHandler))
+	srv.Start()
+	t.Cleanup(func() { srv.Close() })
+	if err := caller.Connect(context.Background(), peer.AddrInfo{ID: callee.ID(), Addrs: callee.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	const flood = 200
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make(chan plugins.Response, flood)
+	for range flood {
+		go func() {
+			results <- plugins.Call(ctx, caller, callee.ID(), plugins.Request{Plugin: "gate", Method: "wait", Deadline: time.Minute.Milliseconds()})
+		}()
+	}
+	got := map[plugins.Code]int{}
+	early, wait := 0, time.After(15*time.Second)
+collect:
+	for early < flood-plugins.MaxCallsPerCaller {
+		select {
+		case r := <-results:
+			got[r.Code]++
+			early++
+		case <-wait:
+			break collect
+		}
+	}
+	close(g.open)
+	for range flood - early {
+		got[(<-results).Code]++
+	}
+	t.Logf("flood of %d: %v (\"\" is answered)", flood, got)
+	if got[""]+got[plugins.CodeBusy] != flood {
+		t.Errorf("every call must be answered or refused as busy; got %v", got)
+	}
+	if counted := srv.Refused()[plugins.CodeBusy]; counted != int64(got[plugins.CodeBusy]) {
+		t.Errorf("the callee counted %d busy refusals, the caller got %d", counted, got[plugins.CodeBusy])
 	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"math"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -113,6 +114,20 @@ func limitsFor(c Config) hostLimits {
 // FDs is how many file descriptors the host may use for connections; the
 // process needs that many more than it uses for anything else.
 func (l hostLimits) FDs() int { return l.Handshakes + l.Inbound + l.Outbound }
+
+// fdHeadroom is what the agent keeps open besides connections (the store,
+// the API socket, listeners, plugins' pipes), with room to spare.
+const fdHeadroom = 256
+
+// openFileLimit is the process's soft limit on open files (Go raises it
+// to the hard limit at start), or 0 if it cannot tell.
+func openFileLimit() uint64 {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0
+	}
+	return r.Cur
+}
 
 // resourceLimits is the resource manager's configuration for l. Scopes the
 // table does not mention (services, other protocols, a single connection

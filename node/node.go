@@ -274,6 +274,10 @@ func (n *Node) Start(ctx context.Context) error {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.started = n.now()
 	if n.ownsHost {
+		if need, have := uint64(limitsFor(n.cfg).FDs()+fdHeadroom), openFileLimit(); have > 0 && have < need {
+			n.log.Warn("the open file limit is below what the connection limits may use: raise it (ulimit -n, LimitNOFILE=)",
+				"limit", have, "want", need)
+		}
 		addrs := n.cfg.listenAddrs()
 		if err := n.host.Network().Listen(addrs...); err != nil {
 			return fmt.Errorf("node: listen on %v: %w", addrs, err)

@@ -47,10 +47,11 @@ const watchAfter = 20 * time.Millisecond
 // streams through instead of resetting them first (its default allows 64
 // inbound streams of one protocol per peer, fewer than one plugin's
 // concurrency and queue). A host that serves calls allows
-// CallStreamsPerPeer streams of ProtocolID per peer each way: room for a
-// flood of that many calls at once, the refused included, as one
-// `tribe call` or job cannot make to one node. The node's host sets it in
-// its limits table; AddLimits sets it in a libp2p.New host's.
+// CallStreamsPerPeer streams of ProtocolID per peer each way: that many
+// calls at once from one caller, refused ones included, reach the server.
+// (One `tribe call` sends one call per node; only many at once from one
+// host come near it.) The node's host sets it in its limits table;
+// AddLimits sets it in a libp2p.New host's.
 const (
 	MaxCallsPerCaller  = 64
 	CallStreamsPerPeer = 4 * MaxCallsPerCaller

@@ -31,17 +31,11 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 )
 
-// Resource manager budget: what libp2p may reserve for connections and
-// streams in total. It scales the per-peer and per-protocol limits too.
-const (
-	rcmgrMemory = 128 << 20
-	rcmgrFDs    = 1024
-)
-
 // buildHost assembles the libp2p host of a real agent from its parts: a
 // swarm with TCP and QUIC, Noise and TLS, yamux, a connection manager and a
-// resource manager with fixed limits, under a basic host with identify and
-// ping. It does not listen yet: Start opens the listeners.
+// resource manager with the limits of limitsFor (limits.go), under a basic
+// host with identify and ping. It does not listen yet: Start opens the
+// listeners.
 //
 // It does not go through libp2p.New on purpose. That constructor links in
 // every transport libp2p has (WebRTC with the pion stack, WebTransport,
@@ -74,11 +68,12 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 		return nil, fmt.Errorf("node: peerstore: %w", err)
 	}
 
-	limits := rcmgr.DefaultLimits
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.Scale(rcmgrMemory, rcmgrFDs)))
+	limits := limitsFor(cfg)
+	base, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.resourceLimits()), limits.resourceOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("node: resource manager: %w", err)
 	}
+	rm := newHandshakeGuard(base, limits.HandshakesPerIP)
 	closers = append(closers, rm.Close)
 	cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
 	if err != nil {
@@ -102,7 +97,8 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 	if err != nil {
 		return nil, fmt.Errorf("node: tls: %w", err)
 	}
-	upgrader, err := tptu.New([]sec.SecureTransport{noiseT, tlsT}, muxers, psk, rm, nil)
+	upgrader, err := tptu.New([]sec.SecureTransport{noiseT, tlsT}, muxers, psk, rm, nil,
+		tptu.WithAcceptTimeout(limits.HandshakeTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("node: upgrader: %w", err)
 	}

@@ -10,7 +10,9 @@
 //
 // What the node wires together, one file each:
 //
-//	host.go       the libp2p host of a real agent (transports, limits)
+//	host.go       the libp2p host of a real agent (transports, security, muxer)
+//	limits.go     its limits in one table: handshakes, connections, streams
+//	handshakes.go the per-address cap on connections still in the handshake
 //	hello.go      /tribe/hello/1.0.0: names and clusters of connected peers
 //	join.go       --join peers kept connected, with backoff
 //	discovery.go  mDNS, DHT rendezvous, and the loop that keeps TargetPeers
@@ -273,6 +275,10 @@ func (n *Node) Start(ctx context.Context) error {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.started = n.now()
 	if n.ownsHost {
+		if need, have := uint64(limitsFor(n.cfg).FDs()+fdHeadroom), openFileLimit(); have > 0 && have < need {
+			n.log.Warn("the open file limit is below what the connection limits may use: raise it (ulimit -n, LimitNOFILE=)",
+				"limit", have, "want", need)
+		}
 		addrs := n.cfg.listenAddrs()
 		if err := n.host.Network().Listen(addrs...); err != nil {
 			return fmt.Errorf("node: listen on %v: %w", addrs, err)

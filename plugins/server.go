@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 )
 
 // Authorizer decides who may call what. The node implements it over the
@@ -36,6 +38,37 @@ const (
 // for the caller's reset and sending heartbeats.
 const watchAfter = 20 * time.Millisecond
 
+// Flood limits. A callee has at most MaxCallsPerCaller calls from one
+// caller in flight at once, across plugins and tribes, waiting in a
+// plugin's queue included, and refuses more as busy (counted in Refused),
+// so one caller cannot take every plugin's queue from the others.
+//
+// For that refusal to be made here, and counted, libp2p must let the
+// streams through instead of resetting them first (its default allows 64
+// inbound streams of one protocol per peer, fewer than one plugin's
+// concurrency and queue). A host that serves calls allows
+// CallStreamsPerPeer streams of ProtocolID per peer each way: that many
+// calls at once from one caller, refused ones included, reach the server.
+// (One `tribe call` sends one call per node; only many at once from one
+// host come near it.) The node's host sets it in its limits table;
+// AddLimits sets it in a libp2p.New host's.
+const (
+	MaxCallsPerCaller  = 64
+	CallStreamsPerPeer = 4 * MaxCallsPerCaller
+)
+
+// AddLimits sets the call protocol's per-peer stream limits in cfg, the
+// resource manager's scaling configuration of a host built otherwise
+// (libp2p.New's is rcmgr.DefaultLimits).
+func AddLimits(cfg *rcmgr.ScalingLimitConfig) {
+	cfg.AddProtocolPeerLimit(ProtocolID, rcmgr.BaseLimit{
+		StreamsInbound:  CallStreamsPerPeer,
+		StreamsOutbound: CallStreamsPerPeer,
+		Streams:         2 * CallStreamsPerPeer,
+		Memory:          cfg.ProtocolPeerBaseLimit.Memory,
+	}, rcmgr.BaseLimitIncrease{})
+}
+
 // Server is the callee side of /tribe/call/1.0.0.
 type Server struct {
 	host host.Host
@@ -46,14 +79,16 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	refused map[Code]int64
+	mu       sync.Mutex
+	refused  map[Code]int64
+	inFlight map[peer.ID]int // remote calls by caller
 }
 
 // NewServer makes a server; Start registers it on the host.
 func NewServer(h host.Host, auth Authorizer, log *slog.Logger) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel, refused: map[Code]int64{}}
+	return &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel,
+		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}}
 }
 
 // Start handles the protocol on the host.
@@ -78,6 +113,26 @@ func (s *Server) count(code Code) {
 	s.mu.Lock()
 	s.refused[code]++
 	s.mu.Unlock()
+}
+
+// enter takes one of caller's MaxCallsPerCaller slots; leave gives it
+// back.
+func (s *Server) enter(caller peer.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight[caller] >= MaxCallsPerCaller {
+		return false
+	}
+	s.inFlight[caller]++
+	return true
+}
+
+func (s *Server) leave(caller peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight[caller]--; s.inFlight[caller] <= 0 {
+		delete(s.inFlight, caller)
+	}
 }
 
 // Serve runs req for caller. The node calls it directly for calls to
@@ -133,6 +188,14 @@ func (s *Server) handle(st network.Stream) {
 		return
 	}
 	st.SetReadDeadline(time.Time{})
+	if !s.enter(caller) {
+		s.count(CodeBusy)
+		s.log.Debug("call refused: too many from this caller", "caller", caller, "plugin", req.Plugin)
+		s.reply(st, Response{ID: req.ID, Code: CodeBusy,
+			Error: fmt.Sprintf("busy: %d calls from you are already running or waiting here", MaxCallsPerCaller)})
+		return
+	}
+	defer s.leave(caller)
 
 	ctx, cancel := context.WithTimeout(s.ctx, req.Timeout())
 	defer cancel()

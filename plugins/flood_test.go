@@ -1,0 +1,141 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+)
+
+// gate is a plugin whose calls wait until the gate opens.
+type gate struct{ open chan struct{} }
+
+func (*gate) Name() string      { return "gate" }
+func (*gate) Version() string   { return "1" }
+func (*gate) Kind() Kind        { return Processor }
+func (*gate) Methods() []string { return []string{"wait"} }
+func (g *gate) Call(ctx context.Context, _ string, _ json.RawMessage) (json.RawMessage, error) {
+	select {
+	case <-g.open:
+		return json.RawMessage(`"through"`), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// callHost is a loopback host whose resource manager lets the call
+// protocol's streams through as AddLimits says, on libp2p's defaults for
+// a host with 1 GiB to spend (fixed, so the test does not depend on the
+// machine's memory).
+func callHost(t *testing.T) host.Host {
+	t.Helper()
+	cfg := rcmgr.DefaultLimits
+	AddLimits(&cfg)
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(cfg.Scale(1<<30, 1024)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(), libp2p.ResourceManager(rm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+func TestFloodFromOneCallerIsRefusedAsBusyAndCounted(t *testing.T) {
+	caller, callee, other := callHost(t), callHost(t), callHost(t)
+	g := &gate{open: make(chan struct{})}
+	reg := Builtins(Env{})
+	reg.Register("gate", func(map[string]string) (Plugin, error) { return g, nil })
+	gateIn, err := reg.Load("gate", "t", nil) // default concurrency and queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoIn, err := reg.Load("echo", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := &tableAuth{allowed: map[peer.ID]bool{caller.ID(): true, other.ID(): true},
+		instances: map[string]*Instance{"gate": gateIn, "echo": echoIn}}
+	srv := NewServer(callee, auth, slog.New(slog.DiscardHandler))
+	srv.Start()
+	t.Cleanup(func() { srv.Close() })
+	for _, h := range []host.Host{caller, other} {
+		if err := h.Connect(context.Background(), peer.AddrInfo{ID: callee.ID(), Addrs: callee.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// One caller fires far more calls at once than the callee runs or
+	// queues for one caller.
+	const flood = 200
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make(chan Response, flood)
+	for range flood {
+		go func() {
+			results <- Call(ctx, caller, callee.ID(), Request{Plugin: "gate", Method: "wait", Deadline: time.Minute.Milliseconds()})
+		}()
+	}
+	// The calls over the cap come back at once; the others wait at the
+	// gate.
+	got := map[Code]int{}
+	early := 0
+	wait := time.After(15 * time.Second)
+collect:
+	for early < flood-MaxCallsPerCaller {
+		select {
+		case r := <-results:
+			got[r.Code]++
+			early++
+		case <-wait:
+			break collect
+		}
+	}
+
+	// Another peer's calls still go through, to the flooded plugin too:
+	// one caller's cap leaves room in its queue.
+	var wg sync.WaitGroup
+	others := make(chan Response, 5)
+	for range 4 {
+		wg.Go(func() {
+			others <- Call(ctx, other, callee.ID(), Request{Plugin: "gate", Method: "wait", Deadline: time.Minute.Milliseconds()})
+		})
+	}
+	if r := Call(ctx, other, callee.ID(), Request{Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)}); !r.OK {
+		t.Errorf("another peer's echo during the flood: %+v", r)
+	}
+
+	close(g.open)
+	for range flood - early {
+		r := <-results
+		got[r.Code]++
+	}
+	wg.Wait()
+	close(others)
+	for r := range others {
+		if !r.OK {
+			t.Errorf("another peer's call to the flooded plugin: %+v", r)
+		}
+	}
+
+	t.Logf("flood of %d: %v (\"\" is answered)", flood, got)
+	busy := got[CodeBusy]
+	if answered := got[""]; answered+busy != flood {
+		t.Errorf("every call must be answered or refused as busy; got %v", got)
+	}
+	if answered := got[""]; answered != MaxCallsPerCaller {
+		t.Errorf("%d calls answered, want the %d the callee takes from one caller", answered, MaxCallsPerCaller)
+	}
+	if counted := srv.Refused()[CodeBusy]; counted != int64(busy) {
+		t.Errorf("the callee counted %d busy refusals, the caller got %d", counted, busy)
+	}
+}

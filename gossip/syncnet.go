@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,7 +37,9 @@ func (r *Replica) serveSync(s network.Stream) {
 	s.SetDeadline(time.Now().Add(r.cfg.SyncTimeout))
 	br := bufio.NewReader(s)
 	for range maxRounds + 1 {
-		b, err := ReadMsg(br)
+		// The request's buffer is reserved on the stream's resource
+		// scope while it is read and decoded (see ReadMsg).
+		b, held, err := ReadMsg(br, s.Scope())
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				r.log.Debug("sync: read request", "peer", s.Conn().RemotePeer(), "err", err)
@@ -44,6 +47,7 @@ func (r *Replica) serveSync(s network.Stream) {
 			return
 		}
 		req, err := DecodeRequest(b)
+		s.Scope().ReleaseMemory(held)
 		if err != nil {
 			r.counters.syncErrors.Add(1)
 			r.log.Warn("sync: bad request", "peer", s.Conn().RemotePeer(), "err", err)
@@ -86,19 +90,21 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (SyncStats, error) {
 			return st, fmt.Errorf("gossip: sync with %s: %w", p, err)
 		}
 		st.Sent += len(body)
-		b, err := ReadMsg(br)
+		b, held, err := ReadMsg(br, s.Scope())
 		if err != nil {
 			return st, fmt.Errorf("gossip: sync with %s: %w", p, err)
 		}
 		st.Recv += len(b)
 		resp, err := DecodeResponse(b)
 		if err != nil {
+			s.Scope().ReleaseMemory(held)
 			s.Reset()
 			r.counters.syncErrors.Add(1)
 			return st, err
 		}
 		st.Fetched += len(resp.Entries)
 		st.Applied += r.applyFetched(resp.Entries)
+		s.Scope().ReleaseMemory(held)
 		r.mu.Lock()
 		next, done := r.state.NextPull(req, resp)
 		r.mu.Unlock()
@@ -125,6 +131,10 @@ func (r *Replica) applyFetched(raws [][]byte) int {
 			r.counters.reject(err)
 			continue
 		}
+		// Raw points into the response's buffer (up to MaxSyncMessage):
+		// a copy lets the buffer go with the round, not live as long as
+		// the entry does.
+		e.Raw = bytes.Clone(e.Raw)
 		ok = append(ok, e)
 	}
 	return r.applyRemote(ok)

@@ -64,6 +64,10 @@ func pullAll(t testing.TB, dst, src *State, now time.Time) (sent int) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// An honest request always passes the responder's checks.
+		if err := CheckRequest(dreq); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
 		rb := EncodeResponse(src.Respond(dreq, 1<<20))
 		sent += len(qb) + len(rb)
 		resp, err := DecodeResponse(rb)

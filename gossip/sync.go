@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Anti-entropy, pure half. A pull runs in rounds over one stream: the
@@ -137,6 +139,34 @@ func (s *State) NextPull(req SyncRequest, resp SyncResponse) (next SyncRequest, 
 		}
 	}
 	return next, len(next.Probes) == 0 && len(next.Want) == 0
+}
+
+// CheckRequest checks that req could come from NextPull: no node probed
+// twice and no key wanted twice (the nodes a pull probes or takes items
+// from in one round are disjoint). A responder builds a reply for each
+// probe before it can tell the response is over MaxSyncMessage: 1.25 MiB
+// of one node probed 131,072 times made it allocate 75 MiB.
+func CheckRequest(req SyncRequest) error {
+	probes := make([]NodeRef, len(req.Probes))
+	for i, p := range req.Probes {
+		probes[i] = p.Node
+	}
+	slices.SortFunc(probes, func(a, b NodeRef) int {
+		return cmp.Or(cmp.Compare(a.Depth, b.Depth), cmp.Compare(a.Value, b.Value))
+	})
+	for i := 1; i < len(probes); i++ {
+		if probes[i] == probes[i-1] {
+			return badSync("node %d/%x probed twice", probes[i].Depth, probes[i].Value)
+		}
+	}
+	wants := slices.Clone(req.Want)
+	slices.Sort(wants)
+	for i := 1; i < len(wants); i++ {
+		if wants[i] == wants[i-1] {
+			return badSync("key %x wanted twice", wants[i])
+		}
+	}
+	return nil
 }
 
 // ErrUnwanted is an entry in a sync response that the puller did not ask

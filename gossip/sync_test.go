@@ -46,6 +46,29 @@ func TestCheckResponse(t *testing.T) {
 	}
 }
 
+// TestCheckRequest: what a responder refuses before it builds a reply.
+func TestCheckRequest(t *testing.T) {
+	a, b := NodeRef{Depth: 2, Value: 1}, NodeRef{Depth: 2, Value: 2}
+	for _, tc := range []struct {
+		name string
+		req  SyncRequest
+		err  error
+	}{
+		{"empty", SyncRequest{}, nil},
+		{"the first", SyncRequest{Probes: []Probe{{}}}, nil},
+		{"distinct, in any order", SyncRequest{Probes: []Probe{{Node: b}, {Node: a}, {Node: NodeRef{Depth: 3, Value: 1}}}, Want: []uint64{3, 1, 2}}, nil},
+		{"a node twice", SyncRequest{Probes: []Probe{{Node: a}, {Node: b}, {Node: a, Hash: 9}}}, ErrBadSyncMessage},
+		{"the root 131,072 times", SyncRequest{Probes: make([]Probe, maxProbes)}, ErrBadSyncMessage},
+		{"a key twice", SyncRequest{Want: []uint64{5, 1, 5}}, ErrBadSyncMessage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := CheckRequest(tc.req); !errors.Is(err, tc.err) {
+				t.Fatalf("CheckRequest = %v, want %v", err, tc.err)
+			}
+		})
+	}
+}
+
 func TestServedWants(t *testing.T) {
 	got := ServedWants(SyncRequest{Want: []uint64{10, 20, 30}}, SyncResponse{Served: 2})
 	if len(got) != 2 || !got[10] || !got[20] {

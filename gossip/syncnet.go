@@ -76,6 +76,9 @@ func (r *Replica) serveSync(s network.Stream) {
 		}
 		req, err := DecodeRequest(b)
 		s.Scope().ReleaseMemory(held)
+		if err == nil {
+			err = CheckRequest(req)
+		}
 		if err != nil {
 			r.refuseSync(s, "serve", err)
 			return

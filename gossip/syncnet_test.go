@@ -504,6 +504,7 @@ func TestServeSyncMalformed(t *testing.T) {
 		{"oversized declaration", binary.AppendUvarint(nil, MaxSyncMessage+1), true},
 		{"undecodable request", frame([]byte("garbage")), true},
 		{"a response for a request", frame(EncodeResponse(SyncResponse{})), true},
+		{"the same node probed twice", frame(EncodeRequest(SyncRequest{Probes: []Probe{{}, {}}})), true},
 		{"cut short", append(binary.AppendUvarint(nil, 100), make([]byte, 10)...), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

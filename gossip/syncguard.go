@@ -117,23 +117,32 @@ const maxWarnPeers = 1024
 // warnLimit lets through one warning per peer per interval.
 type warnLimit struct {
 	mu   sync.Mutex
-	last map[peer.ID]time.Time
+	last map[peer.ID]warnSlot
+}
+
+type warnSlot struct {
+	at   time.Time // when the last warning about the peer was let through
+	held int       // warnings about it held back since
 }
 
 // allow reports whether a warning about p may be logged at now, and if so
-// remembers it.
-func (w *warnLimit) allow(p peer.ID, now time.Time, every time.Duration) bool {
+// how many about p were held back since the last one, which the warning
+// should say.
+func (w *warnLimit) allow(p peer.ID, now time.Time, every time.Duration) (ok bool, held int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if last, ok := w.last[p]; ok && now.Sub(last) < every {
-		return false
+	if s, ok := w.last[p]; ok && now.Sub(s.at) < every {
+		s.held++
+		w.last[p] = s
+		return false, 0
 	}
+	held = w.last[p].held
 	if w.last == nil {
-		w.last = map[peer.ID]time.Time{}
+		w.last = map[peer.ID]warnSlot{}
 	}
 	if len(w.last) >= maxWarnPeers {
-		for q, t := range w.last {
-			if now.Sub(t) >= every {
+		for q, s := range w.last {
+			if now.Sub(s.at) >= every {
 				delete(w.last, q)
 			}
 		}
@@ -143,6 +152,6 @@ func (w *warnLimit) allow(p peer.ID, now time.Time, every time.Duration) bool {
 			clear(w.last)
 		}
 	}
-	w.last[p] = now
-	return true
+	w.last[p] = warnSlot{at: now}
+	return true, held
 }

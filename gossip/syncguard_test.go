@@ -75,16 +75,18 @@ func TestWarnLimit(t *testing.T) {
 		p    peer.ID
 		at   time.Duration
 		want bool
+		held int
 	}{
-		{a, 0, true},
-		{a, time.Second, false},
-		{b, time.Second, true},
-		{a, warnEvery - time.Nanosecond, false},
-		{a, warnEvery, true},
-		{a, warnEvery + time.Second, false},
+		{a, 0, true, 0},
+		{a, time.Second, false, 0},
+		{b, time.Second, true, 0},
+		{a, warnEvery - time.Nanosecond, false, 0},
+		{a, warnEvery, true, 2},
+		{a, warnEvery + time.Second, false, 0},
+		{a, 3 * warnEvery, true, 1},
 	} {
-		if got := w.allow(tc.p, t0.Add(tc.at), warnEvery); got != tc.want {
-			t.Errorf("%d: allow(%s, +%v) = %v, want %v", i, tc.p, tc.at, got, tc.want)
+		if got, held := w.allow(tc.p, t0.Add(tc.at), warnEvery); got != tc.want || held != tc.held {
+			t.Errorf("%d: allow(%s, +%v) = %v, %d held; want %v, %d", i, tc.p, tc.at, got, held, tc.want, tc.held)
 		}
 	}
 	// It remembers a bounded number of peers.

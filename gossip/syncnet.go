@@ -249,9 +249,13 @@ func (r *Replica) refuseSync(s network.Stream, side string, err error) {
 		msg = "sync: peer broke the protocol; neither pulling from it nor serving it for the cool-down"
 		args = append(args, "cooldown", SyncCooldown)
 	}
-	if !r.warns.allow(p, r.now(), warnEvery) {
+	ok, held := r.warns.allow(p, r.now(), warnEvery)
+	if !ok {
 		r.counters.syncWarningsSuppressed.Add(1)
 		return
+	}
+	if held > 0 {
+		args = append(args, "suppressed", held)
 	}
 	r.log.Warn(msg, args...)
 }

@@ -42,10 +42,12 @@ func newTestClock() *testClock {
 func (c *testClock) now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
 func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-// warnCounter is a slog handler that counts Warn records by their "peer".
+// warnCounter is a slog handler that counts Warn records by their "peer",
+// and keeps the last "suppressed" said about each.
 type warnCounter struct {
-	mu    sync.Mutex
-	warns map[string]int
+	mu         sync.Mutex
+	warns      map[string]int
+	suppressed map[string]int64
 }
 
 func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
@@ -56,23 +58,27 @@ func (w *warnCounter) Handle(_ context.Context, rec slog.Record) error {
 	if rec.Level != slog.LevelWarn {
 		return nil
 	}
-	p := ""
+	p, suppressed := "", int64(0)
 	rec.Attrs(func(a slog.Attr) bool {
-		if a.Key == "peer" {
+		switch a.Key {
+		case "peer":
 			p = a.Value.String()
+		case "suppressed":
+			suppressed = a.Value.Int64()
 		}
 		return true
 	})
 	w.mu.Lock()
 	w.warns[p]++
+	w.suppressed[p] = suppressed
 	w.mu.Unlock()
 	return nil
 }
 
-func (w *warnCounter) count(p peer.ID) int {
+func (w *warnCounter) count(p peer.ID) (warns int, lastSuppressed int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.warns[p.String()]
+	return w.warns[p.String()], w.suppressed[p.String()]
 }
 
 // testNet is a mocknet with one started replica on it.
@@ -108,7 +114,7 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 	cfg := DefaultReplicaConfig("tribe/test")
 	cfg.SyncInterval = time.Hour // no pulls but the test's own
 	cfg.SyncTimeout = 30 * time.Second
-	n.h, n.clock, n.logs = h, newTestClock(), &warnCounter{warns: map[string]int{}}
+	n.h, n.clock, n.logs = h, newTestClock(), &warnCounter{warns: map[string]int{}, suppressed: map[string]int64{}}
 	n.r, err = NewReplica(h, h.Peerstore().PrivKey(h.ID()), store, cfg, slog.New(n.logs), n.clock.now, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
@@ -552,16 +558,16 @@ func TestSyncWarningsRateLimited(t *testing.T) {
 		cutShort()
 	}
 	waitRejected(t, n.r, map[string]int64{"sync_malformed": 3, "sync_warnings_suppressed": 2})
-	waitFor(t, func() bool { return n.logs.count(h.ID()) >= 1 })
-	if got := n.logs.count(h.ID()); got != 1 {
+	waitFor(t, func() bool { got, _ := n.logs.count(h.ID()); return got >= 1 })
+	if got, _ := n.logs.count(h.ID()); got != 1 {
 		t.Fatalf("%d warnings for the peer, want 1", got)
 	}
 	n.clock.advance(time.Minute)
 	cutShort()
 	waitRejected(t, n.r, map[string]int64{"sync_malformed": 4, "sync_warnings_suppressed": 2})
-	waitFor(t, func() bool { return n.logs.count(h.ID()) >= 2 })
-	if got := n.logs.count(h.ID()); got != 2 {
-		t.Fatalf("%d warnings for the peer after a minute, want 2", got)
+	waitFor(t, func() bool { got, _ := n.logs.count(h.ID()); return got >= 2 })
+	if got, suppressed := n.logs.count(h.ID()); got != 2 || suppressed != 2 {
+		t.Fatalf("after a minute: %d warnings for the peer, the last saying %d suppressed; want 2, 2", got, suppressed)
 	}
 }
 

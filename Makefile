@@ -33,6 +33,7 @@ fuzz:
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzOpenPresence$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzReadMsg$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzSyncMessages$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip/authority -run '^$$' -fuzz '^FuzzDecodeAdmission$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip/authority -run '^$$' -fuzz '^FuzzGrant$$' -fuzztime $(FUZZTIME)

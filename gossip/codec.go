@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/libp2p/go-libp2p/core/network"
 )
 
 // Wire format of the sync protocol: each message is a uvarint length and
@@ -239,21 +241,118 @@ func WriteMsg(w io.Writer, body []byte) error {
 	return err
 }
 
-// ReadMsg reads one length-prefixed message of at most MaxSyncMessage.
-func ReadMsg(r *bufio.Reader) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, err
-	}
-	if n > MaxSyncMessage {
-		return nil, badSync("message of %d bytes over the limit", n)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
+// Memory is what ReadMsg reserves a message's buffer on before growing
+// it. network.ResourceScope has these methods: a sync stream passes its
+// scope, so the resource manager's limits (system, protocol, peer) cover
+// sync buffers as they do libp2p's own, in both directions, and a peer
+// cannot make this node hold more than they allow.
+type Memory interface {
+	ReserveMemory(size int, prio uint8) error
+	ReleaseMemory(size int)
 }
+
+var (
+	// ErrSyncTruncated is a sync message whose stream ended or failed
+	// after its first byte.
+	ErrSyncTruncated = errors.New("gossip: sync message cut short")
+	// ErrSyncNoMemory is a sync message the memory scope would not hold.
+	ErrSyncNoMemory = errors.New("gossip: no memory for sync message")
+)
+
+// readChunk is the buffer a message starts with; it doubles as bytes
+// arrive, up to the declared length.
+const readChunk = 4 << 10
+
+// maxLengthBytes is the longest length prefix: that of MaxSyncMessage.
+var maxLengthBytes = varintLen(MaxSyncMessage)
+
+// ReadMsg reads one length-prefixed message of at most MaxSyncMessage.
+//
+// It never allocates the declared length up front: the buffer starts at
+// readChunk and doubles as bytes arrive, so a peer that declares 4 MiB and
+// sends 3 bytes makes this node hold 4 KiB, not 4 MiB. Every growth is
+// reserved on mem first (at network.ReservationPriorityMedium: refused
+// once the scope is 60% used, leaving room for libp2p's own needs); mem
+// nil accounts nothing. held is what stays reserved for the returned
+// message: the caller releases it with mem.ReleaseMemory(held) once done
+// with b. On error nothing stays reserved.
+//
+// Errors: the stream's own error, as is, if it ends or fails before the
+// message's first byte (io.EOF: the peer is done); ErrBadSyncMessage for a
+// length prefix over the limit or not in its shortest form; ErrSyncTruncated
+// for an end or failure inside the message; ErrSyncNoMemory.
+func ReadMsg(r *bufio.Reader, mem Memory) (b []byte, held int, err error) {
+	n, err := readLength(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	if mem == nil {
+		mem = noMemory{}
+	}
+	defer func() {
+		if err != nil {
+			mem.ReleaseMemory(held)
+			b, held = nil, 0
+		}
+	}()
+	for len(b) < n {
+		if len(b) == cap(b) {
+			size := min(n, max(readChunk, 2*cap(b)))
+			if err := mem.ReserveMemory(size, network.ReservationPriorityMedium); err != nil {
+				return nil, held, fmt.Errorf("%w: %d bytes of a %d-byte message: %w", ErrSyncNoMemory, size, n, err)
+			}
+			grown := make([]byte, len(b), size)
+			copy(grown, b)
+			mem.ReleaseMemory(held)
+			b, held = grown, size
+		}
+		k, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if err != nil && len(b) < n {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, held, fmt.Errorf("%w: %d of %d bytes: %w", ErrSyncTruncated, len(b), n, err)
+		}
+	}
+	return b, held, nil
+}
+
+// readLength reads a message's length prefix: a uvarint in its shortest
+// form, at most MaxSyncMessage. It stops at the first byte that makes the
+// length too long, so a hostile prefix costs at most maxLengthBytes reads.
+func readLength(r *bufio.Reader) (int, error) {
+	var n uint64
+	for i := 0; ; i++ {
+		c, err := r.ReadByte()
+		if err != nil {
+			if i == 0 {
+				return 0, err // between messages: the stream's own end
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("%w: in the length: %w", ErrSyncTruncated, err)
+		}
+		n |= uint64(c&0x7f) << (7 * i)
+		more := c >= 0x80
+		switch {
+		case n > MaxSyncMessage || more && i+1 == maxLengthBytes:
+			return 0, badSync("message over the limit of %d bytes", MaxSyncMessage)
+		case more:
+		case c == 0 && i > 0:
+			return 0, badSync("length not in its shortest form")
+		default:
+			return int(n), nil
+		}
+	}
+}
+
+// noMemory accounts nothing.
+type noMemory struct{}
+
+func (noMemory) ReserveMemory(int, uint8) error { return nil }
+func (noMemory) ReleaseMemory(int)              {}
 
 // uvarint is binary.Uvarint that also refuses non-minimal encodings, so
 // every message has exactly one encoding.

@@ -78,6 +78,11 @@ type Replica struct {
 	unsent   map[string]*Signed
 	counters counters
 
+	// Guards of the sync protocol (syncguard.go).
+	penalties cooldown
+	serving   slots
+	warns     warnLimit
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -499,7 +504,15 @@ func (r *Replica) collect() {
 
 // Counters of refused input, by reason.
 type counters struct {
-	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, syncErrors atomic.Int64
+	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture atomic.Int64
+
+	// Sync streams (see refuseSync): malformed in either direction,
+	// entries sent that were not asked for, penalties given, pulls of
+	// penalised peers refused, streams refused for want of capacity
+	// (serving slots, or memory the resource manager would not grant,
+	// either direction), and warnings not logged because one about the
+	// same peer was logged less than warnEvery ago.
+	syncMalformed, syncUnwanted, syncPenalised, syncPenaltyRefused, syncBusy, syncWarningsSuppressed atomic.Int64
 }
 
 func (c *counters) reject(err error) {
@@ -521,19 +534,24 @@ func (c *counters) reject(err error) {
 	}
 }
 
-// Rejected returns the counts of refused entries and failed syncs by
+// Rejected returns the counts of refused entries and sync streams by
 // reason.
 func (r *Replica) Rejected() map[string]int64 {
 	c := &r.counters
 	return map[string]int64{
-		"bad_signature": c.badSignature.Load(),
-		"bad_signer":    c.badSigner.Load(),
-		"malformed":     c.malformed.Load(),
-		"too_large":     c.tooLarge.Load(),
-		"unauthorized":  c.unauthorized.Load(),
-		"unknown_key":   c.unknownKey.Load(),
-		"from_future":   c.fromFuture.Load(),
-		"sync_errors":   c.syncErrors.Load(),
+		"bad_signature":            c.badSignature.Load(),
+		"bad_signer":               c.badSigner.Load(),
+		"malformed":                c.malformed.Load(),
+		"too_large":                c.tooLarge.Load(),
+		"unauthorized":             c.unauthorized.Load(),
+		"unknown_key":              c.unknownKey.Load(),
+		"from_future":              c.fromFuture.Load(),
+		"sync_malformed":           c.syncMalformed.Load(),
+		"sync_unwanted":            c.syncUnwanted.Load(),
+		"sync_penalised":           c.syncPenalised.Load(),
+		"sync_penalty_refused":     c.syncPenaltyRefused.Load(),
+		"sync_busy":                c.syncBusy.Load(),
+		"sync_warnings_suppressed": c.syncWarningsSuppressed.Load(),
 	}
 }
 

@@ -64,17 +64,30 @@ func pullAll(t testing.TB, dst, src *State, now time.Time) (sent int) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// An honest request always passes the responder's checks.
+		if err := CheckRequest(dreq); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
 		rb := EncodeResponse(src.Respond(dreq, 1<<20))
 		sent += len(qb) + len(rb)
 		resp, err := DecodeResponse(rb)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// An honest answer always passes the puller's checks.
+		if err := CheckResponse(req, resp); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		wanted := ServedWants(req, resp)
 		for _, raw := range resp.Entries {
 			e, err := Open(raw)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !wanted[keyHash(e.Key)] {
+				t.Fatalf("round %d: %s served but not wanted", round, e.Key)
+			}
+			delete(wanted, keyHash(e.Key))
 			dst.Apply(e, now)
 		}
 		next, done := dst.NextPull(req, resp)

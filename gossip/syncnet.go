@@ -2,10 +2,10 @@ package gossip
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -29,39 +29,79 @@ type SyncStats struct {
 	Applied int // entries that changed the state
 }
 
+// ErrPenalised is a pull not made because the peer is in its sync
+// cool-down (see SyncCooldown).
+var ErrPenalised = errors.New("gossip: peer penalised for breaking the sync protocol")
+
+// errEntryRefused marks an entry of a sync response that failed the checks
+// pubsub entries get; the reason is wrapped too.
+var errEntryRefused = errors.New("gossip: sync entry refused")
+
+// Penalised reports whether p is in its sync cool-down: it broke the sync
+// protocol less than SyncCooldown ago, and this node neither pulls from it
+// nor serves its pulls. Safe for concurrent use. Other layers may consult
+// it: gossipsub's peer scoring (not enabled in this project) takes an
+// application-specific score function that could count it against the
+// peer, and a connection manager could trim such peers first.
+func (r *Replica) Penalised(p peer.ID) bool {
+	return r.penalties.active(p, r.now())
+}
+
 // serveSync answers pulls: read a request, answer, until the puller
-// closes or the deadline passes.
+// closes or the deadline passes. Penalised peers and pulls beyond the
+// slots (syncguard.go) are refused with a reset; the request buffers are
+// reserved on the stream's resource scope (see ReadMsg).
 func (r *Replica) serveSync(s network.Stream) {
-	defer s.Close()
+	p := s.Conn().RemotePeer()
+	if r.Penalised(p) {
+		r.counters.syncPenaltyRefused.Add(1)
+		r.log.Debug("sync: refused a pull from a penalised peer", "peer", p)
+		s.Reset()
+		return
+	}
+	if !r.serving.acquire(p) {
+		r.counters.syncBusy.Add(1)
+		r.log.Debug("sync: refused a pull, too many served at once", "peer", p)
+		s.Reset()
+		return
+	}
+	defer r.serving.release(p)
 	s.SetDeadline(time.Now().Add(r.cfg.SyncTimeout))
 	br := bufio.NewReader(s)
 	for range maxRounds + 1 {
-		b, err := ReadMsg(br)
+		b, held, err := ReadMsg(br, s.Scope())
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				r.log.Debug("sync: read request", "peer", s.Conn().RemotePeer(), "err", err)
-			}
+			r.refuseSync(s, "serve", err)
 			return
 		}
 		req, err := DecodeRequest(b)
+		s.Scope().ReleaseMemory(held)
+		if err == nil {
+			err = CheckRequest(req)
+		}
 		if err != nil {
-			r.counters.syncErrors.Add(1)
-			r.log.Warn("sync: bad request", "peer", s.Conn().RemotePeer(), "err", err)
-			s.Reset()
+			r.refuseSync(s, "serve", err)
 			return
 		}
 		r.mu.Lock()
 		resp := r.state.Respond(req, respondBudget)
 		r.mu.Unlock()
 		if err := WriteMsg(s, EncodeResponse(resp)); err != nil {
+			s.Reset()
 			return
 		}
 	}
+	s.Close()
 }
 
-// SyncWith pulls from p everything this replica lacks.
+// SyncWith pulls from p everything this replica lacks. A pull stops at the
+// first thing p sends that the protocol does not allow (see refuseSync),
+// and a penalised p is not pulled from (ErrPenalised).
 func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (SyncStats, error) {
 	var st SyncStats
+	if r.Penalised(p) {
+		return st, fmt.Errorf("gossip: sync with %s: %w", p, ErrPenalised)
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.SyncTimeout)
 	defer cancel()
 	s, err := r.h.NewStream(ctx, p, SyncProtocol)
@@ -81,27 +121,15 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (SyncStats, error) {
 	req := r.state.StartPull()
 	r.mu.Unlock()
 	for st.Rounds = 1; st.Rounds <= maxRounds; st.Rounds++ {
-		body := EncodeRequest(req)
-		if err := WriteMsg(s, body); err != nil {
+		next, done, err := r.pullRound(s, br, req, &st)
+		if err != nil {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				s.Reset() // our own doing, not the peer's
+			} else {
+				r.refuseSync(s, "pull", err)
+			}
 			return st, fmt.Errorf("gossip: sync with %s: %w", p, err)
 		}
-		st.Sent += len(body)
-		b, err := ReadMsg(br)
-		if err != nil {
-			return st, fmt.Errorf("gossip: sync with %s: %w", p, err)
-		}
-		st.Recv += len(b)
-		resp, err := DecodeResponse(b)
-		if err != nil {
-			s.Reset()
-			r.counters.syncErrors.Add(1)
-			return st, err
-		}
-		st.Fetched += len(resp.Entries)
-		st.Applied += r.applyFetched(resp.Entries)
-		r.mu.Lock()
-		next, done := r.state.NextPull(req, resp)
-		r.mu.Unlock()
 		if done {
 			s.CloseWrite()
 			return st, nil
@@ -111,23 +139,125 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (SyncStats, error) {
 	return st, fmt.Errorf("gossip: sync with %s: no end after %d rounds", p, maxRounds)
 }
 
-// applyFetched checks entries from a sync like pubsub entries, counts the
-// refused, and applies the rest.
-func (r *Replica) applyFetched(raws [][]byte) int {
+// pullRound sends req and takes in the answer: it checks the response
+// against req, applies its entries and computes the next request.
+func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest, st *SyncStats) (next SyncRequest, done bool, err error) {
+	body := EncodeRequest(req)
+	if err := WriteMsg(s, body); err != nil {
+		return next, false, err
+	}
+	st.Sent += len(body)
+	b, held, err := ReadMsg(br, s.Scope())
+	if err != nil {
+		return next, false, err
+	}
+	defer s.Scope().ReleaseMemory(held)
+	st.Recv += len(b)
+	resp, err := DecodeResponse(b)
+	if err == nil {
+		err = CheckResponse(req, resp)
+	}
+	if err != nil {
+		return next, false, err
+	}
+	st.Fetched += len(resp.Entries)
+	applied, err := r.applyFetched(resp.Entries, ServedWants(req, resp))
+	st.Applied += applied
+	if err != nil {
+		return next, false, err
+	}
+	r.mu.Lock()
+	next, done = r.state.NextPull(req, resp)
+	r.mu.Unlock()
+	return next, done, nil
+}
+
+// applyFetched checks the entries of a sync response as pubsub entries are
+// checked, and that each is for one of wanted (each at most once), and
+// applies them. It stops at the first it refuses and returns why
+// (errEntryRefused and the reason, or ErrUnwanted): a responder that sent
+// it broke the protocol, and checking the rest would only spend more CPU
+// on its word. The entries checked before it are applied.
+func (r *Replica) applyFetched(raws [][]byte, wanted map[uint64]bool) (int, error) {
 	now := r.now()
 	ok := make([]*Signed, 0, len(raws))
+	var refused error
 	for _, raw := range raws {
 		e, err := Open(raw)
 		if err == nil {
 			err = r.state.Check(e, now)
 		}
 		if err != nil {
-			r.counters.reject(err)
-			continue
+			refused = fmt.Errorf("%w: %w", errEntryRefused, err)
+			break
 		}
+		kh := keyHash(e.Key)
+		if !wanted[kh] {
+			refused = fmt.Errorf("%w: %s", ErrUnwanted, e.Key)
+			break
+		}
+		delete(wanted, kh)
+		// Raw points into the response's buffer (up to MaxSyncMessage):
+		// a copy lets the buffer go with the round, not live as long as
+		// the entry does.
+		e.Raw = bytes.Clone(e.Raw)
 		ok = append(ok, e)
 	}
-	return r.applyRemote(ok)
+	return r.applyRemote(ok), refused
+}
+
+// refuseSync ends sync stream s, which failed with err ("pull" or "serve"
+// says which side this node was on), counting and penalising as err
+// deserves:
+//   - an entry refused, an entry not asked for, a malformed or oversized
+//     message: the peer broke the protocol; counted by reason, and the
+//     peer penalised for SyncCooldown;
+//   - a message cut short (the stream ended, failed or timed out inside
+//     it): counted as malformed but not penalised, since an honest peer
+//     that crashes or loses its connection does the same;
+//   - no memory for a message: counted as busy;
+//   - anything else (the stream's end or failure between messages): just
+//     reset.
+//
+// One warning per peer per warnEvery is logged; the rest are counted.
+func (r *Replica) refuseSync(s network.Stream, side string, err error) {
+	p := s.Conn().RemotePeer()
+	defer s.Reset() // after counting: a peer that sees the reset sees the counts
+	penalise := true
+	switch {
+	case errors.Is(err, errEntryRefused):
+		r.counters.reject(err)
+	case errors.Is(err, ErrUnwanted):
+		r.counters.syncUnwanted.Add(1)
+	case errors.Is(err, ErrBadSyncMessage):
+		r.counters.syncMalformed.Add(1)
+	case errors.Is(err, ErrSyncTruncated):
+		r.counters.syncMalformed.Add(1)
+		penalise = false
+	case errors.Is(err, ErrSyncNoMemory):
+		r.counters.syncBusy.Add(1)
+		r.log.Debug("sync: refused a stream, no memory for its message", "side", side, "peer", p, "err", err)
+		return
+	default:
+		r.log.Debug("sync: stream failed", "side", side, "peer", p, "err", err)
+		return
+	}
+	msg, args := "sync: malformed stream", []any{"side", side, "peer", p, "err", err}
+	if penalise {
+		r.penalties.penalise(p, r.now(), SyncCooldown)
+		r.counters.syncPenalised.Add(1)
+		msg = "sync: peer broke the protocol; neither pulling from it nor serving it for the cool-down"
+		args = append(args, "cooldown", SyncCooldown)
+	}
+	ok, held := r.warns.allow(p, r.now(), warnEvery)
+	if !ok {
+		r.counters.syncWarningsSuppressed.Add(1)
+		return
+	}
+	if held > 0 {
+		args = append(args, "suppressed", held)
+	}
+	r.log.Warn(msg, args...)
 }
 
 // onTopicJoin pulls from each peer as it joins the state topic, and
@@ -180,6 +310,9 @@ func (r *Replica) pull(p peer.ID) {
 func (r *Replica) randomPeer() (peer.ID, bool) {
 	var candidates []peer.ID
 	for _, p := range r.h.Network().Peers() {
+		if r.Penalised(p) {
+			continue // a pull would not be made: try one that will
+		}
 		if ok, _ := r.h.Peerstore().SupportsProtocols(p, SyncProtocol); len(ok) > 0 {
 			candidates = append(candidates, p)
 		}

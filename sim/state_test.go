@@ -66,6 +66,7 @@ func TestFiftyNodesConvergeOnATribe(t *testing.T) {
 	if _, err := s.WaitFor(ctx, time.Minute, s.Converged); err != nil {
 		t.Fatal("state hashes differ")
 	}
+	noSyncPenalties(t, s)
 }
 
 // withCore waits until every node knows all n nodes, creates tribe core on
@@ -81,6 +82,21 @@ func withCore(t *testing.T, s *Sim, n int) {
 	}
 	if _, err := s.WaitFor(ctx, time.Minute, s.Converged); err != nil {
 		t.Fatalf("no convergence on tribe core: %v", err)
+	}
+}
+
+// noSyncPenalties checks that no node penalised another: honest peers
+// never break the sync protocol, however their pulls cross partitions,
+// crashes and writes.
+func noSyncPenalties(t *testing.T, s *Sim) {
+	t.Helper()
+	for i := range s.Len() {
+		if nd := s.Node(i); nd != nil {
+			rej := nd.Replica().Rejected()
+			if rej["sync_penalised"] != 0 || rej["sync_unwanted"] != 0 {
+				t.Errorf("node %d penalised an honest peer: %v", i, rej)
+			}
+		}
 	}
 }
 
@@ -146,6 +162,7 @@ func TestPartitionWithWritesOnBothSidesConverges(t *testing.T) {
 	if len(tribes) != 3 {
 		t.Fatalf("tribes after healing: %+v", tribes)
 	}
+	noSyncPenalties(t, s)
 }
 
 // A node that was down while the fleet changed catches up from its data
@@ -180,6 +197,7 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 	if got := memberNames(t, s, victim, "core"); !slices.Equal(got, []string{"n1", "n6"}) {
 		t.Fatalf("core on the restarted node: %v", got)
 	}
+	noSyncPenalties(t, s)
 }
 
 // A rogue peer publishes forged, unauthorised, unknown-kind and

@@ -1,0 +1,157 @@
+package gossip
+
+import (
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// The bookkeeping that guards the sync protocol against hostile peers:
+// who is cooling down, how many pulls are being served, which warnings
+// were logged lately. Each type is safe for concurrent use and takes time
+// as an argument; the Replica's shell passes r.now().
+
+// SyncCooldown is how long a peer that broke the sync protocol (an entry
+// that fails its checks, an entry not asked for, a malformed or oversized
+// message) is shunned: this node neither pulls from it nor serves its
+// pulls. Ten minutes turns a peer that answers every pull with forged
+// entries from millions of signature checks a minute into one per ten
+// minutes, and lets a peer penalised for an honest fault (a clock far
+// ahead, a trust list that differs) back soon; meanwhile its entries still
+// arrive by pubsub and through other peers' anti-entropy.
+const SyncCooldown = 10 * time.Minute
+
+// cooldown holds the peers in their sync cool-down, with its end.
+type cooldown struct {
+	mu    sync.Mutex
+	until map[peer.ID]time.Time
+}
+
+// penalise puts p in cool-down until now+d.
+func (c *cooldown) penalise(p peer.ID, now time.Time, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until == nil {
+		c.until = map[peer.ID]time.Time{}
+	}
+	// Penalties are rare (one per peer per cool-down at most): dropping
+	// the ended ones here keeps the map to the peers cooling down.
+	for q, end := range c.until {
+		if !now.Before(end) {
+			delete(c.until, q)
+		}
+	}
+	c.until[p] = now.Add(d)
+}
+
+// active reports whether p is cooling down at now.
+func (c *cooldown) active(p peer.ID, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	end, ok := c.until[p]
+	return ok && now.Before(end)
+}
+
+// Bounds of the pulls this node serves at once. A pull takes milliseconds
+// and a node pulls from one peer at a time (on joining the topic and every
+// SyncInterval), so 16 at once serve a large fleet. Each holds at most one
+// request of MaxSyncMessage and the response being written, so serving
+// costs at most about 16 × (4 MiB + a response) of buffers whatever the
+// resource manager allows (mocknet hosts, in the simulator, have none).
+// One peer gets at most 2, so it cannot take every slot and starve the
+// others' pulls for a SyncTimeout.
+const (
+	maxServing        = 16
+	maxServingPerPeer = 2
+)
+
+// slots counts the pulls being served, in all and by peer.
+type slots struct {
+	mu     sync.Mutex
+	total  int
+	byPeer map[peer.ID]int
+}
+
+// acquire takes a slot for p, unless maxServing are taken or p holds
+// maxServingPerPeer.
+func (s *slots) acquire(p peer.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.total >= maxServing || s.byPeer[p] >= maxServingPerPeer {
+		return false
+	}
+	if s.byPeer == nil {
+		s.byPeer = map[peer.ID]int{}
+	}
+	s.total++
+	s.byPeer[p]++
+	return true
+}
+
+// release gives back a slot acquire took for p.
+func (s *slots) release(p peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total--
+	if s.byPeer[p]--; s.byPeer[p] <= 0 {
+		delete(s.byPeer, p)
+	}
+}
+
+// inUse is the number of pulls being served.
+func (s *slots) inUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+// warnEvery is how often a warning about one peer's sync streams is
+// logged; the ones in between are only counted. A hostile peer can open
+// streams as fast as it likes, and each would otherwise write a line.
+const warnEvery = time.Minute
+
+// maxWarnPeers bounds the peers warnLimit remembers.
+const maxWarnPeers = 1024
+
+// warnLimit lets through one warning per peer per interval.
+type warnLimit struct {
+	mu   sync.Mutex
+	last map[peer.ID]warnSlot
+}
+
+type warnSlot struct {
+	at   time.Time // when the last warning about the peer was let through
+	held int       // warnings about it held back since
+}
+
+// allow reports whether a warning about p may be logged at now, and if so
+// how many about p were held back since the last one, which the warning
+// should say.
+func (w *warnLimit) allow(p peer.ID, now time.Time, every time.Duration) (ok bool, held int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s, ok := w.last[p]; ok && now.Sub(s.at) < every {
+		s.held++
+		w.last[p] = s
+		return false, 0
+	}
+	held = w.last[p].held
+	if w.last == nil {
+		w.last = map[peer.ID]warnSlot{}
+	}
+	if len(w.last) >= maxWarnPeers {
+		for q, s := range w.last {
+			if now.Sub(s.at) >= every {
+				delete(w.last, q)
+			}
+		}
+		if len(w.last) >= maxWarnPeers {
+			// Over a thousand peers warned about within a minute: start
+			// over rather than grow; at worst that many more lines.
+			clear(w.last)
+		}
+	}
+	w.last[p] = warnSlot{at: now}
+	return true, held
+}

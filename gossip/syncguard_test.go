@@ -1,0 +1,99 @@
+package gossip
+
+import (
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func TestCooldown(t *testing.T) {
+	var c cooldown
+	a, b := peer.ID("a"), peer.ID("b")
+	if c.active(a, t0) {
+		t.Fatal("a peer never penalised is cooling down")
+	}
+	c.penalise(a, t0, SyncCooldown)
+	for _, tc := range []struct {
+		p    peer.ID
+		at   time.Duration
+		want bool
+	}{
+		{a, 0, true},
+		{a, SyncCooldown - time.Nanosecond, true},
+		{a, SyncCooldown, false},
+		{b, 0, false},
+	} {
+		if got := c.active(tc.p, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("active(%s, +%v) = %v, want %v", tc.p, tc.at, got, tc.want)
+		}
+	}
+	// Ended penalties are dropped when another is given.
+	c.penalise(b, t0.Add(SyncCooldown), SyncCooldown)
+	if _, ok := c.until[a]; ok || len(c.until) != 1 {
+		t.Fatalf("penalties held: %v", c.until)
+	}
+}
+
+func TestSlots(t *testing.T) {
+	var s slots
+	taken := 0
+	for i := range maxServing {
+		p := peer.ID(rune('a' + i/maxServingPerPeer))
+		for range maxServingPerPeer {
+			if s.acquire(p) {
+				taken++
+			}
+		}
+	}
+	if taken != maxServing || s.inUse() != maxServing {
+		t.Fatalf("%d slots taken, %d in use, want %d", taken, s.inUse(), maxServing)
+	}
+	if s.acquire("z") {
+		t.Fatal("a slot beyond maxServing")
+	}
+	for _, p := range []peer.ID{"a", "b", "c"} {
+		s.release(p)
+	}
+	for range maxServingPerPeer {
+		if !s.acquire("z") {
+			t.Fatal("a released slot was not given again")
+		}
+	}
+	if s.acquire("z") {
+		t.Fatal("one peer got more than maxServingPerPeer")
+	}
+	if s.inUse() != maxServing-1 {
+		t.Fatalf("%d in use, want %d", s.inUse(), maxServing-1)
+	}
+}
+
+func TestWarnLimit(t *testing.T) {
+	var w warnLimit
+	a, b := peer.ID("a"), peer.ID("b")
+	for i, tc := range []struct {
+		p    peer.ID
+		at   time.Duration
+		want bool
+		held int
+	}{
+		{a, 0, true, 0},
+		{a, time.Second, false, 0},
+		{b, time.Second, true, 0},
+		{a, warnEvery - time.Nanosecond, false, 0},
+		{a, warnEvery, true, 2},
+		{a, warnEvery + time.Second, false, 0},
+		{a, 3 * warnEvery, true, 1},
+	} {
+		if got, held := w.allow(tc.p, t0.Add(tc.at), warnEvery); got != tc.want || held != tc.held {
+			t.Errorf("%d: allow(%s, +%v) = %v, %d held; want %v, %d", i, tc.p, tc.at, got, held, tc.want, tc.held)
+		}
+	}
+	// It remembers a bounded number of peers.
+	for i := range 3 * maxWarnPeers {
+		w.allow(peer.ID(rune(1000+i)), t0, warnEvery)
+	}
+	if len(w.last) > maxWarnPeers {
+		t.Fatalf("%d peers remembered, at most %d", len(w.last), maxWarnPeers)
+	}
+}

@@ -1,0 +1,666 @@
+package gossip
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+)
+
+// The sync protocol against hostile peers, on mocknet: one replica, and
+// bare hosts (no pubsub, no replica) that speak the protocol by hand.
+
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(t0.UnixNano())
+	return c
+}
+
+func (c *testClock) now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// warnCounter is a slog handler that counts Warn records by their "peer",
+// and keeps the last "suppressed" said about each.
+type warnCounter struct {
+	mu         sync.Mutex
+	warns      map[string]int
+	suppressed map[string]int64
+}
+
+func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler            { return w }
+
+func (w *warnCounter) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level != slog.LevelWarn {
+		return nil
+	}
+	p, suppressed := "", int64(0)
+	rec.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "peer":
+			p = a.Value.String()
+		case "suppressed":
+			suppressed = a.Value.Int64()
+		}
+		return true
+	})
+	w.mu.Lock()
+	w.warns[p]++
+	w.suppressed[p] = suppressed
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *warnCounter) count(p peer.ID) (warns int, lastSuppressed int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.warns[p.String()], w.suppressed[p.String()]
+}
+
+// testNet is a mocknet with one started replica on it.
+type testNet struct {
+	mn    mocknet.Mocknet
+	r     *Replica
+	h     host.Host
+	clock *testClock
+	logs  *warnCounter
+}
+
+func newTestNet(t *testing.T) *testNet {
+	t.Helper()
+	mn := mocknet.New()
+	t.Cleanup(func() { mn.Close() })
+	h, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNet{mn: mn}
+	n.start(t, h)
+	return n
+}
+
+// start runs the replica on h, which must not be connected yet.
+func (n *testNet) start(t *testing.T, h host.Host) {
+	t.Helper()
+	store, err := OpenStore(filepath.Join(t.TempDir(), "state.db"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg := DefaultReplicaConfig("tribe/test")
+	cfg.SyncInterval = time.Hour // no pulls but the test's own
+	cfg.SyncTimeout = 30 * time.Second
+	n.h, n.clock, n.logs = h, newTestClock(), &warnCounter{warns: map[string]int{}, suppressed: map[string]int64{}}
+	n.r, err = NewReplica(h, h.Peerstore().PrivKey(h.ID()), store, cfg, slog.New(n.logs), n.clock.now, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ps, err := pubsub.NewGossipSub(ctx, h, PubSubOptions(nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.r.Start(ps); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.r.Close() })
+}
+
+// peer adds a bare host connected to the replica's.
+func (n *testNet) peer(t *testing.T) host.Host {
+	t.Helper()
+	h, err := n.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// wantRejected checks every counter of Rejected: those in want have those
+// values, all others are 0.
+func wantRejected(t *testing.T, r *Replica, want map[string]int64) {
+	t.Helper()
+	got := r.Rejected()
+	full := map[string]int64{}
+	for k := range got {
+		full[k] = 0
+	}
+	maps.Copy(full, want)
+	if !maps.Equal(got, full) {
+		t.Fatalf("Rejected() = %v, want %v", got, full)
+	}
+}
+
+// waitRejected waits until Rejected is what wantRejected expects.
+func waitRejected(t *testing.T, r *Replica, want map[string]int64) {
+	t.Helper()
+	waitFor(t, func() bool {
+		got := r.Rejected()
+		for k, v := range got {
+			if want[k] != v {
+				return false
+			}
+		}
+		return true
+	})
+	wantRejected(t, r, want)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Errorf("condition not met in 10 s")
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// readFrame reads one length-prefixed message without any limit: test
+// peers trust the replica.
+func readFrame(br *bufio.Reader) ([]byte, error) {
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(br, b)
+	return b, err
+}
+
+// rogue is a peer that serves the sync protocol by hand and counts the
+// streams opened to it.
+type rogue struct {
+	host.Host
+	opens atomic.Int32
+}
+
+func newRogue(t *testing.T, n *testNet) *rogue {
+	t.Helper()
+	return &rogue{Host: n.peer(t)}
+}
+
+// serve answers pulls with answer, round by round; answer returns false
+// to end the stream. It runs on the host's goroutines: no t.Fatal in it.
+func (rg *rogue) serve(answer func(s network.Stream, round int, req SyncRequest) bool) {
+	rg.SetStreamHandler(SyncProtocol, func(s network.Stream) {
+		rg.opens.Add(1)
+		defer s.Close()
+		br := bufio.NewReader(s)
+		for round := 1; ; round++ {
+			b, err := readFrame(br)
+			if err != nil {
+				return
+			}
+			req, err := DecodeRequest(b)
+			if err != nil || !answer(s, round, req) {
+				return
+			}
+		}
+	})
+}
+
+func respond(s network.Stream, resp SyncResponse) bool {
+	return WriteMsg(s, EncodeResponse(resp)) == nil
+}
+
+// fakeItems are n items under the root, in key-hash order, that the
+// replica does not hold.
+func fakeItems(n int) []ItemSummary {
+	items := make([]ItemSummary, n)
+	for i := range items {
+		items[i] = ItemSummary{KeyHash: keyHash(fmt.Sprintf("tribes/t%d", i)), VersionHash: 1}
+	}
+	slices.SortFunc(items, func(a, b ItemSummary) int { return cmpUint64(a.KeyHash, b.KeyHash) })
+	return items
+}
+
+func cmpUint64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ownRecord is h's own node record, validly signed.
+func ownRecord(t *testing.T, h host.Host) []byte {
+	t.Helper()
+	s, err := Sign(Entry{Key: "nodes/" + h.ID().String(), Value: []byte(`{"name":"rogue"}`), HLC: MakeHLC(t0.UnixMilli(), 0)}, h.Peerstore().PrivKey(h.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Raw
+}
+
+// forged is h's own record with its signature broken.
+func forged(t *testing.T, h host.Host) []byte {
+	raw := ownRecord(t, h)
+	raw[len(raw)-5] ^= 0xff
+	return raw
+}
+
+func repeat(b []byte, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = b
+	}
+	return out
+}
+
+// TestSyncRogueResponder: a peer that answers pulls with anything but what
+// the protocol allows ends the pull at its first response that does,
+// before any more signature checks than the pull asked for; the refusal
+// and the penalty are counted, and a second pull within the cool-down does
+// not open a stream. A peer whose answer was merely cut short is counted
+// but not penalised.
+func TestSyncRogueResponder(t *testing.T) {
+	items := fakeItems(10)
+	for _, tc := range []struct {
+		name   string
+		answer func(t *testing.T, h host.Host) func(s network.Stream, round int, req SyncRequest) bool
+		rounds int
+		counts map[string]int64
+		// penalised: a second pull opens no stream
+		penalised bool
+	}{
+		{
+			name: "forged entries for the wants",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				bad := forged(t, h)
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					if round == 1 {
+						return respond(s, SyncResponse{Nodes: []NodeReply{{Items: items}}})
+					}
+					return respond(s, SyncResponse{Served: len(req.Want), Entries: repeat(bad, len(req.Want))})
+				}
+			},
+			rounds:    2,
+			counts:    map[string]int64{"bad_signature": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "forged entries never asked for, every round",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				bad := forged(t, h)
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					return respond(s, SyncResponse{Nodes: []NodeReply{{Items: items}}, Entries: repeat(bad, 10)})
+				}
+			},
+			rounds:    1,
+			counts:    map[string]int64{"sync_unwanted": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "a valid entry for another key than the want",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				good := ownRecord(t, h)
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					if round == 1 {
+						return respond(s, SyncResponse{Nodes: []NodeReply{{Items: items[:1]}}})
+					}
+					return respond(s, SyncResponse{Served: 1, Entries: [][]byte{good}})
+				}
+			},
+			rounds:    2,
+			counts:    map[string]int64{"sync_unwanted": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "wants never served",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					if round == 1 {
+						return respond(s, SyncResponse{Nodes: []NodeReply{{Items: items}}})
+					}
+					return respond(s, SyncResponse{})
+				}
+			},
+			rounds:    2,
+			counts:    map[string]int64{"sync_malformed": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "a reply for a node not asked about",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					return respond(s, SyncResponse{Nodes: []NodeReply{{Node: NodeRef{Depth: 1, Value: 3}, Children: make([]uint64, 16)}}})
+				}
+			},
+			rounds:    1,
+			counts:    map[string]int64{"sync_malformed": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "undecodable response",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					return WriteMsg(s, []byte("garbage")) == nil
+				}
+			},
+			rounds:    1,
+			counts:    map[string]int64{"sync_malformed": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "oversized declaration",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					s.Write(binary.AppendUvarint(nil, MaxSyncMessage+1))
+					return true
+				}
+			},
+			rounds:    1,
+			counts:    map[string]int64{"sync_malformed": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "bad length prefix",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					s.Write([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+					return true
+				}
+			},
+			rounds:    1,
+			counts:    map[string]int64{"sync_malformed": 1, "sync_penalised": 1},
+			penalised: true,
+		},
+		{
+			name: "cut short",
+			answer: func(t *testing.T, h host.Host) func(network.Stream, int, SyncRequest) bool {
+				return func(s network.Stream, round int, req SyncRequest) bool {
+					s.Write(append(binary.AppendUvarint(nil, 100), make([]byte, 10)...))
+					return false // closes the stream
+				}
+			},
+			rounds: 1,
+			counts: map[string]int64{"sync_malformed": 1},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNet(t)
+			rg := newRogue(t, n)
+			rg.serve(tc.answer(t, rg.Host))
+			ctx := context.Background()
+			st, err := n.r.SyncWith(ctx, rg.ID())
+			if err == nil {
+				t.Fatalf("pull from a rogue succeeded: %+v", st)
+			}
+			if st.Rounds != tc.rounds {
+				t.Errorf("pull ended after %d rounds, want %d (%v)", st.Rounds, tc.rounds, err)
+			}
+			wantRejected(t, n.r, tc.counts)
+			if n.r.Len() != 0 {
+				t.Errorf("the rogue's entries were applied: %d held", n.r.Len())
+			}
+			if got := n.r.Penalised(rg.ID()); got != tc.penalised {
+				t.Fatalf("Penalised = %v, want %v", got, tc.penalised)
+			}
+			_, err = n.r.SyncWith(ctx, rg.ID())
+			wantOpens := int32(2)
+			if tc.penalised {
+				wantOpens = 1
+				if !errors.Is(err, ErrPenalised) {
+					t.Errorf("second pull: %v, want ErrPenalised", err)
+				}
+			}
+			if got := rg.opens.Load(); got != wantOpens {
+				t.Errorf("the rogue saw %d streams, want %d", got, wantOpens)
+			}
+		})
+	}
+}
+
+// TestSyncPenaltyCoolsDown: a penalised peer's own pulls are refused
+// (reset and counted) until the cool-down passes; then it is pulled from
+// again.
+func TestSyncPenaltyCoolsDown(t *testing.T) {
+	n := newTestNet(t)
+	items := fakeItems(3)
+	rg := newRogue(t, n)
+	bad := forged(t, rg.Host)
+	rg.serve(func(s network.Stream, round int, req SyncRequest) bool {
+		if round == 1 {
+			return respond(s, SyncResponse{Nodes: []NodeReply{{Items: items}}})
+		}
+		return respond(s, SyncResponse{Served: len(req.Want), Entries: repeat(bad, len(req.Want))})
+	})
+	ctx := context.Background()
+	if _, err := n.r.SyncWith(ctx, rg.ID()); err == nil {
+		t.Fatal("pull from a rogue succeeded")
+	}
+	// The rogue pulls: refused.
+	s, err := rg.NewStream(ctx, n.h.ID(), SyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteMsg(s, EncodeRequest(SyncRequest{Probes: []Probe{{}}})); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readFrame(bufio.NewReader(s)); err == nil {
+		t.Fatalf("a penalised peer was served %d bytes", len(b))
+	}
+	waitRejected(t, n.r, map[string]int64{"bad_signature": 1, "sync_penalised": 1, "sync_penalty_refused": 1})
+
+	n.clock.advance(SyncCooldown - time.Second)
+	if !n.r.Penalised(rg.ID()) {
+		t.Fatal("the penalty ended before the cool-down")
+	}
+	n.clock.advance(2 * time.Second)
+	if n.r.Penalised(rg.ID()) {
+		t.Fatal("the penalty outlasted the cool-down")
+	}
+	if _, err := n.r.SyncWith(ctx, rg.ID()); err == nil || errors.Is(err, ErrPenalised) {
+		t.Fatalf("pull after the cool-down: %v", err)
+	}
+	if got := rg.opens.Load(); got != 2 {
+		t.Fatalf("the rogue saw %d streams, want 2", got)
+	}
+	wantRejected(t, n.r, map[string]int64{"bad_signature": 2, "sync_penalised": 2, "sync_penalty_refused": 1})
+}
+
+// TestServeSyncMalformed: every malformed stream a puller opens is
+// counted; those that break the protocol (not merely cut short) penalise
+// the puller.
+func TestServeSyncMalformed(t *testing.T) {
+	frame := func(body []byte) []byte { return append(binary.AppendUvarint(nil, uint64(len(body))), body...) }
+	for _, tc := range []struct {
+		name      string
+		send      []byte
+		penalised bool
+	}{
+		{"bad length prefix", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, true},
+		{"non-minimal length prefix", []byte{0x80, 0x00}, true},
+		{"oversized declaration", binary.AppendUvarint(nil, MaxSyncMessage+1), true},
+		{"undecodable request", frame([]byte("garbage")), true},
+		{"a response for a request", frame(EncodeResponse(SyncResponse{})), true},
+		{"the same node probed twice", frame(EncodeRequest(SyncRequest{Probes: []Probe{{}, {}}})), true},
+		{"cut short", append(binary.AppendUvarint(nil, 100), make([]byte, 10)...), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNet(t)
+			h := n.peer(t)
+			s, err := h.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			s.CloseWrite()
+			if b, err := readFrame(bufio.NewReader(s)); err == nil {
+				t.Fatalf("served %d bytes", len(b))
+			}
+			want := map[string]int64{"sync_malformed": 1}
+			if tc.penalised {
+				want["sync_penalised"] = 1
+			}
+			waitRejected(t, n.r, want)
+			if got := n.r.Penalised(h.ID()); got != tc.penalised {
+				t.Fatalf("Penalised = %v, want %v", got, tc.penalised)
+			}
+		})
+	}
+}
+
+// TestSyncWarningsRateLimited: repeated bad streams from one peer log one
+// warning a minute; the rest are counted.
+func TestSyncWarningsRateLimited(t *testing.T) {
+	n := newTestNet(t)
+	h := n.peer(t)
+	cutShort := func() {
+		t.Helper()
+		s, err := h.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(append(binary.AppendUvarint(nil, 100), make([]byte, 10)...))
+		s.CloseWrite()
+		readFrame(bufio.NewReader(s))
+	}
+	for range 3 {
+		cutShort()
+	}
+	waitRejected(t, n.r, map[string]int64{"sync_malformed": 3, "sync_warnings_suppressed": 2})
+	waitFor(t, func() bool { got, _ := n.logs.count(h.ID()); return got >= 1 })
+	if got, _ := n.logs.count(h.ID()); got != 1 {
+		t.Fatalf("%d warnings for the peer, want 1", got)
+	}
+	n.clock.advance(time.Minute)
+	cutShort()
+	waitRejected(t, n.r, map[string]int64{"sync_malformed": 4, "sync_warnings_suppressed": 2})
+	waitFor(t, func() bool { got, _ := n.logs.count(h.ID()); return got >= 2 })
+	if got, suppressed := n.logs.count(h.ID()); got != 2 || suppressed != 2 {
+		t.Fatalf("after a minute: %d warnings for the peer, the last saying %d suppressed; want 2, 2", got, suppressed)
+	}
+}
+
+// TestServeSyncMemoryBounded: 128 sync streams that each declare a 4 MiB
+// message, send 3 bytes of it and hold, cost far less than 128 × 4 MiB,
+// and all but the pulls served at once are refused and counted.
+func TestServeSyncMemoryBounded(t *testing.T) {
+	const peers, streamsEach = 8, 16
+	n := newTestNet(t)
+	hosts := make([]host.Host, peers)
+	for i := range hosts {
+		hosts[i] = n.peer(t)
+	}
+	var streams []network.Stream
+	t.Cleanup(func() {
+		for _, s := range streams {
+			s.Reset()
+		}
+	})
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, h := range hosts {
+		for range streamsEach {
+			s, err := h.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams = append(streams, s)
+			if _, err := s.Write(append(binary.AppendUvarint(nil, MaxSyncMessage), "abc"...)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	refused := int64(peers*streamsEach - maxServing)
+	waitFor(t, func() bool { return n.r.Rejected()["sync_busy"] == refused && servingNow(n.r) == maxServing })
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d streams declaring %d MiB each: heap grew %.1f MiB", len(streams), MaxSyncMessage>>20, float64(grew)/(1<<20))
+	if grew > 64<<20 {
+		t.Errorf("heap grew %d MiB, want under 64 MiB", grew>>20)
+	}
+	wantRejected(t, n.r, map[string]int64{"sync_busy": refused})
+}
+
+func servingNow(r *Replica) int { return r.serving.inUse() }
+
+// TestSyncBuffersReserved: a sync stream's buffers are reserved on its
+// resource scope, so a real host's resource manager refuses a message
+// bigger than its limits allow; the pull is refused and counted as busy,
+// and the peer, which did nothing wrong, is not penalised.
+func TestSyncBuffersReserved(t *testing.T) {
+	newHost := func(rm network.ResourceManager) host.Host {
+		t.Helper()
+		opts := []libp2p.Option{libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay()}
+		if rm != nil {
+			opts = append(opts, libp2p.ResourceManager(rm))
+		}
+		h, err := libp2p.New(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		return h
+	}
+	const limit = 1 << 20
+	limits := rcmgr.PartialLimitConfig{
+		ProtocolPeer: map[protocol.ID]rcmgr.ResourceLimits{SyncProtocol: {Memory: limit}},
+	}.Build(rcmgr.DefaultLimits.AutoScale())
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNet{}
+	n.start(t, newHost(rm))
+	h := newHost(nil)
+	ctx := context.Background()
+	if err := h.Connect(ctx, peer.AddrInfo{ID: n.h.ID(), Addrs: n.h.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.NewStream(ctx, n.h.ID(), SyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A well-formed request of 1 MiB: 131,071 wants.
+	// The replica may reset the stream before it is all written.
+	WriteMsg(s, EncodeRequest(SyncRequest{Want: make([]uint64, (limit-8)/8)}))
+	if b, err := readFrame(bufio.NewReader(s)); err == nil {
+		t.Fatalf("served %d bytes past the resource manager's limit", len(b))
+	}
+	waitRejected(t, n.r, map[string]int64{"sync_busy": 1})
+	if n.r.Penalised(h.ID()) {
+		t.Fatal("a peer was penalised for the resource manager's limit")
+	}
+}

@@ -91,7 +91,7 @@ func (n *Node) Revoke(ctx context.Context, nodes []string) ([]api.Admission, err
 	if rules.Open() {
 		return nil, api.BadRequest(ErrOpenTrust)
 	}
-	ids, err := n.resolve(nodes)
+	ids, err := n.distinctNodes(nodes)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,9 @@ type SyncStats struct {
 	Recv    int // bytes received by the puller
 	Fetched int // entries received
 	Applied int // entries that changed the state
+	// Disagreed counts entries skipped as not for this node (see
+	// disagreement).
+	Disagreed int
 }
 
 // ErrPenalised is a pull not made because the peer is in its sync
@@ -161,7 +164,7 @@ func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest,
 		return next, false, err
 	}
 	st.Fetched += len(resp.Entries)
-	applied, err := r.applyFetched(resp.Entries, ServedWants(req, resp))
+	applied, err := r.applyFetched(resp.Entries, ServedWants(req, resp), st)
 	st.Applied += applied
 	if err != nil {
 		return next, false, err
@@ -172,13 +175,29 @@ func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest,
 	return next, done, nil
 }
 
+// maxDisagreements bounds the entries one pull skips for reasons an honest
+// peer can have (disagreement): past it the pull ends, unpenalised.
+const maxDisagreements = 64
+
+// errDisagreed ends a pull that met more than maxDisagreements entries
+// this node refuses for reasons an honest peer can have.
+var errDisagreed = errors.New("gossip: too many entries this node does not accept")
+
+// disagreement reports whether err refuses a well-signed entry for a
+// reason an honest peer can have: its key kind is unknown here, its author
+// is not authorised by this node's trust list, or it is ahead of this
+// node's clock.
+func disagreement(err error) bool {
+	return errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrFromFuture)
+}
+
 // applyFetched checks the entries of a sync response as pubsub entries are
 // checked, and that each is for one of wanted (each at most once), and
 // applies them. It stops at the first it refuses and returns why
 // (errEntryRefused and the reason, or ErrUnwanted): a responder that sent
 // it broke the protocol, and checking the rest would only spend more CPU
 // on its word. The entries checked before it are applied.
-func (r *Replica) applyFetched(raws [][]byte, wanted map[uint64]bool) (int, error) {
+func (r *Replica) applyFetched(raws [][]byte, wanted map[uint64]bool, st *SyncStats) (int, error) {
 	now := r.now()
 	ok := make([]*Signed, 0, len(raws))
 	var refused error
@@ -186,6 +205,19 @@ func (r *Replica) applyFetched(raws [][]byte, wanted map[uint64]bool) (int, erro
 		e, err := Open(raw)
 		if err == nil {
 			err = r.state.Check(e, now)
+		}
+		if err != nil && disagreement(err) {
+			// Signed and well formed, but not for this node: an honest
+			// peer can hold it (another version's key kinds, a trust list
+			// being rolled out, a clock ahead of ours). Skipped, counted,
+			// and only so many per pull.
+			if st.Disagreed < maxDisagreements {
+				st.Disagreed++
+				r.counters.reject(err)
+				continue
+			}
+			refused = fmt.Errorf("%w after %d: %w", errDisagreed, st.Disagreed, err)
+			break
 		}
 		if err != nil {
 			refused = fmt.Errorf("%w: %w", errEntryRefused, err)
@@ -225,6 +257,9 @@ func (r *Replica) refuseSync(s network.Stream, side string, err error) {
 	defer s.Reset() // after counting: a peer that sees the reset sees the counts
 	penalise := true
 	switch {
+	case errors.Is(err, errDisagreed):
+		r.counters.reject(err)
+		penalise = false
 	case errors.Is(err, errEntryRefused):
 		r.counters.reject(err)
 	case errors.Is(err, ErrUnwanted):

@@ -664,3 +664,32 @@ func TestSyncBuffersReserved(t *testing.T) {
 		t.Fatal("a peer was penalised for the resource manager's limit")
 	}
 }
+
+// An honest peer may hold entries this node refuses for reasons of its
+// own (a key kind of a newer version, a trust list being rolled out, a
+// clock ahead): a pull skips and counts them, up to maxDisagreements, and
+// then ends; the peer is never penalised for them.
+func TestSyncSkipsWhatAnHonestPeerMayHold(t *testing.T) {
+	n := newTestNet(t)
+	rg := newRogue(t, n)
+	s, err := Sign(Entry{Key: "nodes/" + rg.ID().String(), Value: []byte(`{}`), HLC: MakeHLC(t0.Add(time.Hour).UnixMilli(), 0)},
+		rg.Peerstore().PrivKey(rg.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := fakeItems(maxDisagreements + 10)
+	rg.serve(func(st network.Stream, round int, req SyncRequest) bool {
+		if round == 1 {
+			return respond(st, SyncResponse{Nodes: []NodeReply{{Items: items}}})
+		}
+		return respond(st, SyncResponse{Served: len(req.Want), Entries: repeat(s.Raw, len(req.Want))})
+	})
+	st, err := n.r.SyncWith(context.Background(), rg.ID())
+	if !errors.Is(err, errDisagreed) || st.Disagreed != maxDisagreements {
+		t.Fatalf("pull: %v after %d skipped, want errDisagreed after %d", err, st.Disagreed, maxDisagreements)
+	}
+	wantRejected(t, n.r, map[string]int64{"from_future": maxDisagreements + 1})
+	if n.r.Penalised(rg.ID()) {
+		t.Fatal("a peer was penalised for entries an honest peer may hold")
+	}
+}

@@ -32,6 +32,22 @@ func presetIdentity(t *testing.T, a *agentProc) string {
 	return id.String()
 }
 
+// loadedIn counts the plugin loads in tribe that a says are loaded.
+func (a *agentProc) loadedIn(tribe string) int {
+	a.t.Helper()
+	var ps []api.Plugin
+	a.cliJSON(&ps, "plugin", "list", "--tribe", tribe)
+	loaded := 0
+	for _, p := range ps {
+		for _, n := range p.Nodes {
+			if n.State == "loaded" {
+				loaded++
+			}
+		}
+	}
+	return loaded
+}
+
 // callLines runs `tribe call ... --json` and returns each node's result by
 // name, and the exit code.
 func callLines(t *testing.T, from *agentProc, args ...string) (map[string]api.CallResult, string, int) {
@@ -119,17 +135,7 @@ func TestCallExecOnATribe(t *testing.T) {
 		t.Fatalf("plugin load: %s", stderr)
 	}
 	waitUntil(t, 30*time.Second, "exec loaded on the three members, as o5 sees it", func() bool {
-		var ps []api.Plugin
-		o5.cliJSON(&ps, "plugin", "list", "--tribe", "storage")
-		loaded := 0
-		for _, p := range ps {
-			for _, n := range p.Nodes {
-				if n.State == "loaded" {
-					loaded++
-				}
-			}
-		}
-		return loaded == 3
+		return o5.loadedIn("storage") == 3
 	})
 
 	// The trusted admin, outside the tribe, gets three answers.

@@ -94,17 +94,7 @@ func TestAdmissionAndGrantsEndToEnd(t *testing.T) {
 		t.Fatalf("admit n1: %s", stderr)
 	}
 	waitUntil(t, 60*time.Second, "n1 and n2 in db with echo loaded", func() bool {
-		var ps []api.Plugin
-		n1.cliJSON(&ps, "plugin", "list", "--tribe", "db")
-		loaded := 0
-		for _, p := range ps {
-			for _, n := range p.Nodes {
-				if n.State == "loaded" {
-					loaded++
-				}
-			}
-		}
-		return loaded == 2
+		return n1.loadedIn("db") == 2
 	})
 	got, stderr, code := callLines(t, n1, "--tribe", "db", "echo", "echo", `{"x":1}`)
 	if code != 0 || !got["n1"].OK || !got["n2"].OK || string(got["n2"].Result) != `{"x":1}` {

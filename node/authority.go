@@ -32,7 +32,7 @@ type authState struct {
 	mu        sync.Mutex
 	policyGen uint64                         // bumped on every policy change
 	refs      map[string]authority.PolicyRef // the policies as of refsGen
-	refsGen   uint64                         //
+	refsGen   uint64                         // the policyGen refs were read at
 	backed    map[string]backing             // by member key
 	nameOf    map[peer.ID]string             // each record's name (names.go)
 	byName    map[string][]peer.ID           // records by name

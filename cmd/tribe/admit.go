@@ -15,10 +15,13 @@ func admitCommand() *cli.Command {
 		ArgsUsage: "NODE...",
 		Description: `With --trusted set, a node's own entries count only once a trusted writer
 has admitted it; until then it is listed as pending (tribe nodes --pending)
-and can neither call nor be called. NODE is a name or a peer ID; a name
-that a live admitted node already holds is refused (start the new node
-with another --name). --all-pending admits every pending node whose name
-is free; revoked nodes are not pending and stay revoked.`,
+and can neither call nor be called. NODE is a name or a peer ID. The
+node is admitted under the name its record carries, and from then on
+answers to that name; a name another admitted node holds, even one that
+is down, is refused (start the new node with another --name, or revoke
+the holder). Admitting a node again binds the name its record carries
+now. --all-pending admits every pending node whose name is free; revoked
+nodes are not pending and stay revoked.`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "all-pending", Usage: "admit every pending node"}},
 		Action: func(c *cli.Context) error {
 			all := c.Bool("all-pending")

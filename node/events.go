@@ -84,17 +84,18 @@ func (n *Node) livenessEvents(names events.Names) {
 }
 
 // Watch implements api.Agent.
-func (n *Node) Watch(ctx context.Context, prefix string, emit func(events.Event)) error {
+func (n *Node) Watch(ctx context.Context, prefix string, emit func(*events.Event)) error {
 	if n.events == nil {
 		return errors.New("node: not started")
 	}
 	sub := n.events.Subscribe(prefix)
 	defer sub.Close()
+	emit(nil)
 	for {
 		e, err := sub.Next(ctx)
 		switch {
 		case err == nil:
-			emit(e)
+			emit(&e)
 		case errors.Is(err, ctx.Err()):
 			return nil
 		default:

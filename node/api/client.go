@@ -203,10 +203,11 @@ func (c *Client) Call(ctx context.Context, req CallRequest, emit func(CallResult
 }
 
 // Watch streams the agent's events under prefix (all with "") to emit as
-// they happen. It returns nil when ctx ends (the caller stopped watching)
+// they happen. ready, if not nil, is called once the agent has subscribed:
+// every event from then on reaches emit. It returns nil when ctx ends (the caller stopped watching)
 // and an error if the agent ends the stream (it shut down) or cannot be
 // reached.
-func (c *Client) Watch(ctx context.Context, prefix string, emit func(events.Event)) error {
+func (c *Client) Watch(ctx context.Context, prefix string, ready func(), emit func(events.Event)) error {
 	resp, err := c.send(ctx, http.MethodGet, "/v1/watch?prefix="+url.QueryEscape(prefix), nil)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -215,6 +216,9 @@ func (c *Client) Watch(ctx context.Context, prefix string, emit func(events.Even
 		return err
 	}
 	defer resp.Body.Close()
+	if ready != nil {
+		ready()
+	}
 	dec := json.NewDecoder(resp.Body)
 	for {
 		var l watchLine

@@ -341,24 +341,34 @@ func callHandler(agent Agent, l Limits) http.Handler {
 }
 
 // watchHandler streams events as JSON lines, flushed one by one, for as
-// long as the client stays. The header goes out at once, so a client knows
-// it is subscribed before the first event.
+// long as the client stays. The header goes out once the agent has
+// subscribed (its first call of emit, with nil), so a client that has it
+// misses nothing from then on.
 func watchHandler(agent Agent) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		flusher, _ := w.(http.Flusher)
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		w.WriteHeader(http.StatusOK)
-		if flusher != nil {
-			flusher.Flush()
-		}
 		enc := json.NewEncoder(w)
-		err := agent.Watch(r.Context(), r.URL.Query().Get("prefix"), func(e events.Event) {
-			enc.Encode(watchLine{Event: &e})
+		started := false
+		start := func() {
+			if !started {
+				started = true
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				w.WriteHeader(http.StatusOK)
+			}
+		}
+		err := agent.Watch(r.Context(), r.URL.Query().Get("prefix"), func(e *events.Event) {
+			start()
+			if e != nil {
+				enc.Encode(watchLine{Event: e})
+			}
 			if flusher != nil {
 				flusher.Flush()
 			}
 		})
-		if err != nil && r.Context().Err() == nil {
+		switch {
+		case err != nil && !started:
+			writeError(w, status(err), err)
+		case err != nil && r.Context().Err() == nil:
 			enc.Encode(watchLine{Error: err.Error()})
 		}
 	})

@@ -47,10 +47,11 @@ type Agent interface {
 	// allPending; Revoke revokes nodes. Trusted writers only.
 	Admit(ctx context.Context, nodes []string, allPending bool) ([]Admission, error)
 	Revoke(ctx context.Context, nodes []string) ([]Admission, error)
-	// Watch hands emit every event under prefix (all with "") as it
-	// happens, from one goroutine, until ctx ends (it returns nil then) or
-	// the agent shuts down (an error). See package events.
-	Watch(ctx context.Context, prefix string, emit func(events.Event)) error
+	// Watch calls emit with nil once it has subscribed, then with every
+	// event under prefix (all with "") as it happens, from one goroutine,
+	// until ctx ends (it returns nil then) or the agent shuts down (an
+	// error). See package events.
+	Watch(ctx context.Context, prefix string, emit func(*events.Event)) error
 }
 
 // Admission is how a node stands with the trust list after `tribe admit`

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -16,9 +15,10 @@ type watchAgent struct {
 	hub *events.Hub
 }
 
-func (w watchAgent) Watch(ctx context.Context, prefix string, emit func(events.Event)) error {
+func (w watchAgent) Watch(ctx context.Context, prefix string, emit func(*events.Event)) error {
 	sub := w.hub.Subscribe(prefix)
 	defer sub.Close()
+	emit(nil)
 	for {
 		e, err := sub.Next(ctx)
 		if err != nil {
@@ -27,15 +27,7 @@ func (w watchAgent) Watch(ctx context.Context, prefix string, emit func(events.E
 			}
 			return err
 		}
-		emit(e)
-	}
-}
-
-// waitSubscribed yields until a watcher has subscribed: only events
-// published after that reach it.
-func waitSubscribed(hub *events.Hub) {
-	for !hub.Active() {
-		runtime.Gosched()
+		emit(&e)
 	}
 }
 
@@ -50,10 +42,11 @@ func TestWatchStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan events.Event)
 	done := make(chan error, 1)
+	ready := make(chan struct{})
 	go func() {
-		done <- c.Watch(ctx, "tribes/", func(e events.Event) { got <- e })
+		done <- c.Watch(ctx, "tribes/", func() { close(ready) }, func(e events.Event) { got <- e })
 	}()
-	waitSubscribed(hub)
+	<-ready
 	hub.Publish(events.Event{Type: events.PolicyCreated, Key: "policies/p"},
 		events.Event{Type: events.TribeCreated, Key: "tribes/core", Tribe: "core"})
 	if e := <-got; e.Type != events.TribeCreated || e.Tribe != "core" {
@@ -69,8 +62,9 @@ func TestWatchStreams(t *testing.T) {
 	}
 
 	done2 := make(chan error, 1)
-	go func() { done2 <- c.Watch(context.Background(), "", func(events.Event) {}) }()
-	waitSubscribed(hub)
+	ready2 := make(chan struct{})
+	go func() { done2 <- c.Watch(context.Background(), "", func() { close(ready2) }, func(events.Event) {}) }()
+	<-ready2
 	hub.Close()
 	if err := <-done2; err == nil || !strings.Contains(err.Error(), "shutting down") {
 		t.Fatalf("watch ended by the agent: %v, want the shutdown error", err)

@@ -45,6 +45,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 	}
 	<-ctx.Done()
 	log.Info("shutting down")
+	n.stopWatches() // watch streams never end by themselves
 	var errs []error
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)

@@ -22,6 +22,7 @@
 //	authority.go  the trust model: admission, memberships that count, names
 //	policies.go   facts refresh, policies, and this node's policy memberships
 //	plugins.go    plugins loaded per tribe, who may call them, tribe call fan-out
+//	events.go     the event stream of `tribe watch` (package node/api/events)
 //	agent.go      Run: a node plus the control API (node/api)
 package node
 
@@ -52,6 +53,7 @@ import (
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/keys"
+	"github.com/tribeagent/tribe/node/api/events"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -123,6 +125,7 @@ type Node struct {
 	calls    *plugins.Server
 	names    sync.Map // peer.ID -> cachedName (tribes.go)
 	auth     authState
+	events   *events.Hub // what `tribe watch` streams (events.go)
 
 	started   time.Time
 	ctx       context.Context
@@ -287,6 +290,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startHello(); err != nil {
 		return err
 	}
+	n.startEvents()
 	// Pubsub before any connection: it does not see peers that connected
 	// before it existed.
 	var err error
@@ -393,6 +397,7 @@ func (n *Node) Close() error {
 		if n.replica != nil {
 			errs = append(errs, n.replica.Close())
 		}
+		n.stopWatches()
 		if n.cancel != nil {
 			n.cancel()
 		}

@@ -41,6 +41,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.StringSliceFlag{Name: "exec", Usage: "NAME=COMMAND the exec plugin may run when asked for NAME, repeatable; COMMAND is split on spaces, no shell (the config file's exec.commands also sets timeouts and output caps)"},
 			&cli.BoolFlag{Name: "exec-any", Usage: "let callers run any command line through the exec plugin, not only the defined ones: a remote shell for every trusted writer and tribe member"},
 			&cli.StringFlag{Name: "file-dir", Usage: "where the file plugin writes (default: <data-dir>/files)"},
+			&cli.DurationFlag{Name: "presence-interval", Hidden: true, Usage: "how often the agent announces it is alive (default 10s); a node silent for 3 intervals is suspect, for 6 dead. For tests: short intervals cost every node of the fleet"},
 			&cli.Int64Flag{Name: "file-max-bytes", Usage: "cap on each file the file plugin writes, beyond which publish is refused; a tribe's max_bytes only lowers it", DefaultText: "64 MiB"},
 		},
 		Action: runAgent,
@@ -159,6 +160,9 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.IsSet("file-max-bytes") {
 		cfg.FileMaxBytes = c.Int64("file-max-bytes")
+	}
+	if c.IsSet("presence-interval") {
+		cfg.PresenceInterval = c.Duration("presence-interval")
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "node: "))}

@@ -75,6 +75,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	cmds = append(cmds, tribeCommands()...)
 	cmds = append(cmds, admitCommand(), revokeCommand())
 	cmds = append(cmds, factsCommand(), policyCommand(), pluginCommand(), callCommand(), simCommand())
+	cmds = append(cmds, watchCommand())
 	var prepare func(cs []*cli.Command)
 	prepare = func(cs []*cli.Command) {
 		for _, c := range cs {

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"syscall"
+
+	"github.com/tribeagent/tribe/node/api/events"
 )
 
 // ErrNoAgent is returned when nothing listens on the socket.
@@ -196,6 +198,44 @@ func (c *Client) Call(ctx context.Context, req CallRequest, emit func(CallResult
 			return *l.Summary, nil
 		default:
 			return CallSummary{}, &Error{Status: http.StatusInternalServerError, Message: l.Error}
+		}
+	}
+}
+
+// Watch streams the agent's events under prefix (all with "") to emit as
+// they happen. ready, if not nil, is called once the agent has subscribed:
+// every event from then on reaches emit. It returns nil when ctx ends (the caller stopped watching)
+// and an error if the agent ends the stream (it shut down) or cannot be
+// reached.
+func (c *Client) Watch(ctx context.Context, prefix string, ready func(), emit func(events.Event)) error {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/watch?prefix="+url.QueryEscape(prefix), nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if ready != nil {
+		ready()
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var l watchLine
+		if err := dec.Decode(&l); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("api: watch: the agent's stream ended: %w", err)
+		}
+		switch {
+		case l.Event != nil:
+			emit(*l.Event)
+		default:
+			return &Error{Status: http.StatusInternalServerError, Message: l.Error}
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"time"
+
+	"github.com/tribeagent/tribe/node/api/events"
 )
 
 // Limits bound what one client of the socket may hold: a client that
@@ -213,6 +215,7 @@ func handler(agent Agent, limits Limits) http.Handler {
 		}
 		return agent.Revoke(r.Context(), req.Nodes)
 	}))
+	mux.Handle("GET /v1/watch", watchHandler(agent))
 	// Go's profiler, for operators chasing memory or CPU; the socket is
 	// private to the agent's user.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -333,6 +336,40 @@ func callHandler(agent Agent, l Limits) http.Handler {
 			line(callLine{Error: err.Error()})
 		default:
 			line(callLine{Summary: &sum})
+		}
+	})
+}
+
+// watchHandler streams events as JSON lines, flushed one by one, for as
+// long as the client stays. The header goes out once the agent has
+// subscribed (its first call of emit, with nil), so a client that has it
+// misses nothing from then on.
+func watchHandler(agent Agent) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		flusher, _ := w.(http.Flusher)
+		enc := json.NewEncoder(w)
+		started := false
+		start := func() {
+			if !started {
+				started = true
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				w.WriteHeader(http.StatusOK)
+			}
+		}
+		err := agent.Watch(r.Context(), r.URL.Query().Get("prefix"), func(e *events.Event) {
+			start()
+			if e != nil {
+				enc.Encode(watchLine{Event: e})
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		})
+		switch {
+		case err != nil && !started:
+			writeError(w, status(err), err)
+		case err != nil && r.Context().Err() == nil:
+			enc.Encode(watchLine{Error: err.Error()})
 		}
 	})
 }

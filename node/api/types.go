@@ -11,6 +11,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/tribeagent/tribe/node/api/events"
 )
 
 // SocketName is the socket's file name inside the data dir.
@@ -45,6 +47,11 @@ type Agent interface {
 	// allPending; Revoke revokes nodes. Trusted writers only.
 	Admit(ctx context.Context, nodes []string, allPending bool) ([]Admission, error)
 	Revoke(ctx context.Context, nodes []string) ([]Admission, error)
+	// Watch calls emit with nil once it has subscribed, then with every
+	// event under prefix (all with "") as it happens, from one goroutine,
+	// until ctx ends (it returns nil then) or the agent shuts down (an
+	// error). See package events.
+	Watch(ctx context.Context, prefix string, emit func(*events.Event)) error
 }
 
 // Admission is how a node stands with the trust list after `tribe admit`
@@ -245,4 +252,12 @@ type Peer struct {
 // errorBody is the JSON envelope of every non-2xx response.
 type errorBody struct {
 	Error string `json:"error"`
+}
+
+// watchLine is one line of the streamed answer to GET /v1/watch: an event,
+// or an error if the stream ends for another reason than the client
+// leaving (the agent shutting down).
+type watchLine struct {
+	Event *events.Event `json:"event,omitempty"`
+	Error string        `json:"error,omitempty"`
 }

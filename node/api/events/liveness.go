@@ -1,0 +1,60 @@
+package events
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sample is one node's liveness as of one look.
+type Sample struct {
+	Node  string // peer ID
+	Name  string
+	State string // "alive", "suspect", "dead", or any later value
+}
+
+// Liveness turns samples of every known node's liveness into transitions.
+// The first Observe after NewLiveness or Reset sets the baseline and
+// reports nothing: watchers hear of changes, not of the fleet as it is. A
+// node seen for the first time after that is reported with no From. It is
+// pure and not safe for concurrent use.
+type Liveness struct {
+	last   map[string]string
+	primed bool
+}
+
+// NewLiveness returns a tracker with no baseline.
+func NewLiveness() *Liveness { return &Liveness{last: map[string]string{}} }
+
+// Reset forgets the baseline (nobody watches any more).
+func (l *Liveness) Reset() {
+	clear(l.last)
+	l.primed = false
+}
+
+// Observe takes the liveness of every known node now and returns the
+// transitions since the last call, sorted by node. A node missing from
+// samples is forgotten without an event: its record went away, and the
+// state's node-removed event says so.
+func (l *Liveness) Observe(samples []Sample, now time.Time) []Event {
+	seen := make(map[string]bool, len(samples))
+	var out []Event
+	for _, s := range samples {
+		seen[s.Node] = true
+		was, known := l.last[s.Node]
+		l.last[s.Node] = s.State
+		if !l.primed || (known && was == s.State) {
+			continue
+		}
+		out = append(out, Event{Time: now, Type: LivenessPrefix + s.State, Key: "nodes/" + s.Node,
+			Node: s.Node, Name: s.Name, State: s.State, From: was})
+	}
+	for id := range l.last {
+		if !seen[id] {
+			delete(l.last, id)
+		}
+	}
+	l.primed = true
+	slices.SortFunc(out, func(a, b Event) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}

@@ -26,6 +26,17 @@ func TestParseFactTypes(t *testing.T) {
 		{"label=True", "label", "True"}, // only lower-case true/false are bools
 		{"v=1e400", "v", "1e400"},       // overflows a float: kept as text
 		{"kv=a=b", "kv", "a=b"},
+		{"zip=007", "zip", "007"}, // a leading zero: text, spelt as given
+		{"zip=-007", "zip", "-007"},
+		{"zero=0", "zero", int64(0)},
+		{"w=0.5", "w", 0.5},
+		{"w=00.5", "w", "00.5"},
+		{"w=2e3", "w", 2000.0},
+		{"serial=12345678901234567890", "serial", "12345678901234567890"}, // beyond int64: text, not a rounded float
+		{"max=9223372036854775807", "max", int64(9223372036854775807)},
+		{"plus=+5", "plus", "+5"},
+		{"hex=0x1p4", "hex", "0x1p4"},
+		{"nan=NaN", "nan", "NaN"},
 	}
 	for _, tc := range cases {
 		k, v, err := ParseFact(tc.in)

@@ -13,6 +13,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"time"
+
+	"github.com/tribeagent/tribe/plugins/jsonerr"
 )
 
 // Limits bound what one client of the socket may hold: a client that
@@ -343,7 +345,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return BadRequest(fmt.Errorf("bad request body: %w", err))
+		return BadRequest(fmt.Errorf("bad request body: %w", jsonerr.Plain(err)))
 	}
 	return nil
 }

@@ -167,4 +167,19 @@ func TestStatusAndPeersTables(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "beta") || !strings.Contains(out, b.status().ID) {
 		t.Fatalf("peers table (exit %d):\n%s", code, out)
 	}
+	// nodes --detailed carries the facts, in JSON and in the table.
+	var nodes []api.Node
+	a.cliJSON(&nodes, "nodes", "--detailed", "--status", "alive")
+	if len(nodes) != 2 || nodes[0].Facts["hostname"] == nil || len(nodes[0].Addrs) == 0 {
+		t.Fatalf("nodes --detailed: %+v", nodes)
+	}
+	var plain []api.Node
+	a.cliJSON(&plain, "nodes")
+	if len(plain) != 2 || plain[0].Facts != nil {
+		t.Fatalf("nodes without --detailed carries facts: %+v", plain)
+	}
+	out, _, code = tribe("nodes", "--detailed", "--data-dir", a.dir)
+	if code != 0 || !strings.Contains(out, "ADDRESS") || !strings.Contains(out, "hostname=") {
+		t.Fatalf("nodes --detailed table (exit %d):\n%s", code, out)
+	}
 }

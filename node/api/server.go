@@ -136,7 +136,11 @@ func handler(agent Agent, limits Limits) http.Handler {
 		return agent.Peers(r.Context())
 	}))
 	mux.Handle("GET /v1/nodes", endpoint(func(r *http.Request) (any, error) {
-		return agent.Nodes(r.Context(), r.URL.Query().Get("where"))
+		q := r.URL.Query()
+		if q.Get("facts") == "1" {
+			return agent.NodesWithFacts(r.Context(), q.Get("where"))
+		}
+		return agent.Nodes(r.Context(), q.Get("where"))
 	}))
 	mux.Handle("GET /v1/facts", endpoint(func(r *http.Request) (any, error) {
 		return agent.Facts(r.Context(), r.URL.Query().Get("node"))

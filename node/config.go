@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -102,6 +103,12 @@ type Config struct {
 	FileMaxBytes int64
 	// CallParallel bounds how many calls one `tribe call` has in flight.
 	CallParallel int
+
+	// LogLevel ("debug", "info", "warn", "error") and LogFormat ("text",
+	// "json") are for the program that builds the agent's logger with
+	// NewLogger; the node logs through the logger it is given. Empty means
+	// info and text.
+	LogLevel, LogFormat string
 }
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.
@@ -201,6 +208,9 @@ func (c Config) Validate() error {
 	}
 	if c.FileMaxBytes < 0 {
 		bad("file plugin size cap must not be negative, not %d", c.FileMaxBytes)
+	}
+	if _, err := NewLogger(io.Discard, c.LogLevel, c.LogFormat); err != nil {
+		bad("%v", err)
 	}
 	if c.CallParallel < 1 {
 		bad("call parallelism must be at least 1, not %d", c.CallParallel)

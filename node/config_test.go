@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +54,9 @@ func TestValidate(t *testing.T) {
 		{"backoff order", func(c *Config) { c.BackoffMax = c.BackoffMin / 2 }, "maximum backoff"},
 		{"zero interval", func(c *Config) { c.DiscoveryInterval = 0 }, "discovery interval"},
 		{"negative file cap", func(c *Config) { c.FileMaxBytes = -1 }, "file plugin size cap"},
+		{"json logs", func(c *Config) { c.LogLevel, c.LogFormat = "warn", "json" }, ""},
+		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, `log level "loud": use debug, info, warn or error`},
+		{"bad log format", func(c *Config) { c.LogFormat = "xml" }, `log format "xml": use text or json`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,12 +128,13 @@ func TestBackoff(t *testing.T) {
 func TestLoadConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tribe.yaml")
-	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\n"), 0o600)
+	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\nlog_level: debug\nlog_format: json\n"), 0o600)
 	c := validConfig()
 	if err := LoadConfigFile(path, &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Name != "web-1" || c.Cluster != "prod" || c.MDNS || len(c.Join) != 1 || c.TargetPeers != 4 || c.FileMaxBytes != 1000 {
+	if c.Name != "web-1" || c.Cluster != "prod" || c.MDNS || len(c.Join) != 1 || c.TargetPeers != 4 || c.FileMaxBytes != 1000 ||
+		c.LogLevel != "debug" || c.LogFormat != "json" {
 		t.Fatalf("config file not applied: %+v", c)
 	}
 	if c.ListenAddrs != nil {
@@ -146,5 +151,19 @@ func TestLoadConfigFile(t *testing.T) {
 	}
 	if err := LoadConfigFile(filepath.Join(dir, "missing.yaml"), &c); err == nil {
 		t.Fatal("missing config file accepted")
+	}
+}
+
+func TestNewLoggerWritesJSON(t *testing.T) {
+	var b strings.Builder
+	log, err := NewLogger(&b, "warn", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hidden")
+	log.Warn("shown", "peer", "x")
+	var line map[string]any
+	if err := json.Unmarshal([]byte(b.String()), &line); err != nil || line["msg"] != "shown" || line["level"] != "WARN" || line["peer"] != "x" {
+		t.Fatalf("%q: %v", b.String(), err)
 	}
 }

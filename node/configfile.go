@@ -32,6 +32,8 @@ type FileConfig struct {
 	} `yaml:"exec"`
 	FileDir      *string `yaml:"file_dir"`
 	FileMaxBytes *int64  `yaml:"file_max_bytes"`
+	LogLevel     *string `yaml:"log_level"`
+	LogFormat    *string `yaml:"log_format"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -68,6 +70,8 @@ func LoadConfigFile(path string, cfg *Config) error {
 	}
 	set(&cfg.FileDir, f.FileDir)
 	set(&cfg.FileMaxBytes, f.FileMaxBytes)
+	set(&cfg.LogLevel, f.LogLevel)
+	set(&cfg.LogFormat, f.LogFormat)
 	return nil
 }
 

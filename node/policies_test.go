@@ -111,3 +111,21 @@ func TestFactsAreAppliedAllOrNothing(t *testing.T) {
 		t.Fatalf("the record says tier %v after a good file", f["tier"])
 	}
 }
+
+// policy test refuses exactly what policy create refuses, with the same
+// message: both compile and type-check with policy.Compile.
+func TestPolicyTestAndCreateRefuseAlike(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, loopbackConfig(t, "a"))
+	for _, expr := range []string{
+		`1 + 1`, `facts.cpu_count + 1`, `"text"`, `facts.x ? 1 : 2`, `size(facts.x)`,
+		`facts.x >`, `nosuch(facts.x)`, `facts.x > [1]`, ``,
+		`facts.cpu_count > 1`, `facts.x`, // accepted by both: dyn may be a bool
+	} {
+		_, createErr := n.CreatePolicy(ctx, "p", "t", expr)
+		_, testErr := n.TestPolicy(ctx, expr)
+		if (createErr == nil) != (testErr == nil) || createErr != nil && createErr.Error() != testErr.Error() {
+			t.Errorf("%q: create says %v, test says %v", expr, createErr, testErr)
+		}
+	}
+}

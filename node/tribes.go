@@ -144,6 +144,15 @@ func (n *Node) nodeRecords() map[peer.ID]nodeRecord {
 // Nodes implements api.Agent: the fleet, optionally filtered by a CEL
 // expression over each node's facts.
 func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
+	return n.nodes(where, false)
+}
+
+// NodesWithFacts implements api.Agent: Nodes with each node's facts.
+func (n *Node) NodesWithFacts(ctx context.Context, where string) ([]api.Node, error) {
+	return n.nodes(where, true)
+}
+
+func (n *Node) nodes(where string, withFacts bool) ([]api.Node, error) {
 	match, err := nodeMatches(where)
 	if err != nil {
 		return nil, err
@@ -157,6 +166,9 @@ func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
 		l := n.liveness(id)
 		out = append(out, api.Node{ID: id.String(), Name: rec.Name, Addrs: rec.Addrs, Version: rec.Version,
 			Alive: l == Alive, Liveness: l, Self: id == n.host.ID(), Admission: string(rules.Status(id))})
+		if withFacts {
+			out[len(out)-1].Facts = rec.facts()
+		}
 	}
 	slices.SortFunc(out, func(a, b api.Node) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
 	return out, nil

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tribeagent/tribe/plugins/jsonerr"
 )
 
 // Env is what the built-ins need from the host.
@@ -84,7 +86,7 @@ func decodeArgs(args json.RawMessage, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(args)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Errorf(CodeBadRequest, "arguments: %v", err)
+		return Errorf(CodeBadRequest, "arguments: %v", jsonerr.Plain(err))
 	}
 	return nil
 }

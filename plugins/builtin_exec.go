@@ -107,7 +107,7 @@ type ExecResult struct {
 
 func (p *execPlugin) Call(ctx context.Context, method string, args json.RawMessage) (json.RawMessage, error) {
 	if method == "list" {
-		return json.Marshal(p.table.Commands)
+		return json.Marshal(p.list())
 	}
 	var a struct {
 		Command string   `json:"command"`
@@ -133,6 +133,13 @@ func (p *execPlugin) Call(ctx context.Context, method string, args json.RawMessa
 	default:
 		return nil, Errorf(CodeBadRequest, `name a command: {"command": NAME}`)
 	}
+	timeout, maxOut := p.limits(cmd)
+	return run(ctx, a.Command, cmd.Argv, timeout, maxOut)
+}
+
+// limits are what a command runs with: its own timeout and output cap or
+// the defaults, lowered by the tribe's caps.
+func (p *execPlugin) limits(cmd Command) (time.Duration, int) {
 	timeout := cmp(cmd.Timeout, DefaultCommandTimeout)
 	if p.timeout > 0 {
 		timeout = min(timeout, p.timeout)
@@ -141,7 +148,29 @@ func (p *execPlugin) Call(ctx context.Context, method string, args json.RawMessa
 	if p.maxOutput > 0 {
 		maxOut = min(maxOut, p.maxOutput)
 	}
-	return run(ctx, a.Command, cmd.Argv, timeout, maxOut)
+	return timeout, maxOut
+}
+
+// ExecListEntry is one command of `exec list`, with the limits it runs
+// with here (defaults and the tribe's caps applied).
+type ExecListEntry struct {
+	Name      string   `json:"name"`
+	Argv      []string `json:"argv"`
+	Timeout   string   `json:"timeout"` // as Go writes durations: "30s", "1m30s"
+	TimeoutMS int64    `json:"timeout_ms"`
+	MaxOutput int      `json:"max_output"` // bytes of stdout and of stderr, each
+}
+
+// list is the host's commands by name; empty, not null, when it has none.
+func (p *execPlugin) list() []ExecListEntry {
+	out := []ExecListEntry{}
+	for _, name := range slices.Sorted(maps.Keys(p.table.Commands)) {
+		cmd := p.table.Commands[name]
+		timeout, maxOut := p.limits(cmd)
+		out = append(out, ExecListEntry{Name: name, Argv: cmd.Argv, Timeout: timeout.String(),
+			TimeoutMS: timeout.Milliseconds(), MaxOutput: maxOut})
+	}
+	return out
 }
 
 func cmp[T int | int64 | time.Duration](v, def T) T {

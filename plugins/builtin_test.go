@@ -91,6 +91,10 @@ func TestExecRunsOnlyDefinedCommands(t *testing.T) {
 	if _, err := runExec(t, in, `{"command":"hello","extra":1}`); code(err) != CodeBadRequest {
 		t.Fatalf("unknown argument: %v", err)
 	}
+	// Arguments of the wrong type are refused in plain words, not Go's.
+	if _, err := runExec(t, in, `{"command":["hello"]}`); code(err) != CodeBadRequest || err.Error() != `arguments: field "command": want text, got a list` {
+		t.Fatalf("command as a list: %v", err)
+	}
 	env := execEnv()
 	env.Exec.AllowAny = true
 	res, err = runExec(t, loadBuiltin(t, env, "exec", nil), `{"argv":["echo","any"]}`)
@@ -131,10 +135,21 @@ func TestExecTimeoutKillsTheProcessGroup(t *testing.T) {
 }
 
 func TestExecList(t *testing.T) {
-	in := loadBuiltin(t, execEnv(), "exec", nil)
+	in := loadBuiltin(t, execEnv(), "exec", map[string]string{"timeout": "90s"})
 	b, err := in.Invoke(context.Background(), "list", nil)
-	if err != nil || !strings.Contains(string(b), `"hello":{"argv":["echo","hello"]}`) {
+	if err != nil || !strings.Contains(string(b), `{"name":"hello","argv":["echo","hello"],"timeout":"30s","timeout_ms":30000,"max_output":65536}`) {
 		t.Fatalf("list: %s %v", b, err)
+	}
+	// Durations as text and milliseconds, never nanoseconds; a tribe's cap
+	// lowers what a command runs with.
+	in = loadBuiltin(t, Env{Exec: ExecConfig{Commands: map[string]Command{"slow": {Argv: []string{"sleep", "600"}, Timeout: 5 * time.Minute}}}}, "exec", map[string]string{"timeout": "90s"})
+	if b, _ := in.Invoke(context.Background(), "list", nil); !strings.Contains(string(b), `"timeout":"1m30s","timeout_ms":90000`) {
+		t.Errorf("list with a tribe cap: %s", b)
+	}
+	// No commands: an empty list, not null.
+	in = loadBuiltin(t, Env{}, "exec", nil)
+	if b, err := in.Invoke(context.Background(), "list", nil); err != nil || string(b) != "[]" {
+		t.Errorf("list with no commands: %s %v", b, err)
 	}
 }
 

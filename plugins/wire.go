@@ -9,6 +9,8 @@ import (
 	"io"
 	"regexp"
 	"time"
+
+	"github.com/tribeagent/tribe/plugins/jsonerr"
 )
 
 // ProtocolID is the remote-call protocol. One stream carries one call: the
@@ -145,7 +147,7 @@ var (
 func DecodeRequest(b []byte) (Request, error) {
 	var req Request
 	if err := json.Unmarshal(b, &req); err != nil {
-		return Request{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return Request{}, fmt.Errorf("%w: %v", ErrBadRequest, jsonerr.Plain(err))
 	}
 	if err := req.Check(); err != nil {
 		return Request{}, err

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -227,7 +228,7 @@ func fqdn(hostname, hostsFile string) string {
 
 // ParseFact parses a --fact key=value. The value is typed: true/false is a
 // bool, a whole number an int, a decimal number a float, anything else a
-// string.
+// string (see TypedValue).
 func ParseFact(s string) (string, any, error) {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
@@ -239,7 +240,17 @@ func ParseFact(s string) (string, any, error) {
 	return k, TypedValue(v), nil
 }
 
-// TypedValue types a fact value given as text.
+// Numbers are written as JSON writes them: a leading zero ("007", a zip
+// code, an ID) or a plus sign is text, so the value keeps its spelling.
+var (
+	intSyntax   = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+	floatSyntax = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+)
+
+// TypedValue types a fact value given as text: true/false is a bool, a whole
+// number that fits an int64 an int, a decimal number a float, anything else
+// (including a whole number too big for an int64, which a float would round)
+// the text itself.
 func TypedValue(v string) any {
 	switch v {
 	case "true":
@@ -247,11 +258,16 @@ func TypedValue(v string) any {
 	case "false":
 		return false
 	}
-	if i, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return i
+	if intSyntax.MatchString(v) {
+		if i, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return i
+		}
+		return v
 	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
-		return f
+	if floatSyntax.MatchString(v) {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(f, 0) {
+			return f
+		}
 	}
 	return v
 }

@@ -49,6 +49,9 @@ func celEnv() (*cel.Env, error) {
 		env, envErr = cel.NewEnv(
 			cel.Variable("facts", cel.MapType(cel.StringType, cel.DynType)),
 			cel.CrossTypeNumericComparisons(true),
+			// A literal regex, duration or timestamp that does not parse
+			// fails on every node: refuse it when the policy is created.
+			cel.ASTValidators(cel.ValidateRegexLiterals(), cel.ValidateDurationLiterals(), cel.ValidateTimestampLiterals()),
 		)
 	})
 	return env, envErr
@@ -91,6 +94,12 @@ func compile(expr string) (*Program, error) {
 	}
 	// A dyn result (`facts.storage_tier`) may be a bool at run time; Eval
 	// checks it. Anything statically known to be something else is refused.
+	// Likewise a comparison of a fact with a literal is refused only when
+	// no type of the fact could make it work (`facts.x > [1]`): facts is
+	// map(string, dyn) and a fact's type is each node's own (user facts
+	// override the built-in ones), so `facts.cpu_count > "a"` matches a node
+	// whose cpu_count is text. cel-go (v0.31) has no stricter mode for dyn;
+	// refusing more would need a schema of facts that user facts may break.
 	if out := ast.OutputType(); !out.IsExactType(types.BoolType) && !out.IsExactType(types.DynType) {
 		return nil, fmt.Errorf("%w: the expression is a %s, a policy must be a bool", ErrCompile, ast.OutputType())
 	}

@@ -26,6 +26,17 @@ func TestParseFactTypes(t *testing.T) {
 		{"label=True", "label", "True"}, // only lower-case true/false are bools
 		{"v=1e400", "v", "1e400"},       // overflows a float: kept as text
 		{"kv=a=b", "kv", "a=b"},
+		{"zip=007", "zip", "007"}, // a leading zero: text, spelt as given
+		{"zip=-007", "zip", "-007"},
+		{"zero=0", "zero", int64(0)},
+		{"w=0.5", "w", 0.5},
+		{"w=00.5", "w", "00.5"},
+		{"w=2e3", "w", 2000.0},
+		{"serial=12345678901234567890", "serial", "12345678901234567890"}, // beyond int64: text, not a rounded float
+		{"max=9223372036854775807", "max", int64(9223372036854775807)},
+		{"plus=+5", "plus", "+5"},
+		{"hex=0x1p4", "hex", "0x1p4"},
+		{"nan=NaN", "nan", "NaN"},
 	}
 	for _, tc := range cases {
 		k, v, err := ParseFact(tc.in)
@@ -52,6 +63,10 @@ func TestCompileRefusesWithCELMessage(t *testing.T) {
 		{"other.x == 1", "undeclared reference to 'other'"},
 		{"", "empty expression"},
 		{strings.Repeat("x", MaxExprLen+1), "limit"},
+		// Literals that fail on every node are refused up front.
+		{`facts.hostname.matches("web-[")`, "invalid matches argument"},
+		{`duration(facts.uptime) > duration("1x")`, "invalid duration"},
+		{`timestamp("yesterday") < timestamp(facts.boot)`, "invalid timestamp"},
 	}
 	for _, tc := range cases {
 		_, err := Compile(tc.expr)
@@ -239,5 +254,22 @@ func TestOSFamilyAndFQDN(t *testing.T) {
 	}
 	if got := fqdn("x.y.z", hosts); got != "x.y.z" {
 		t.Errorf("fqdn qualified = %q", got)
+	}
+}
+
+// facts is map(string, dyn) and a fact's type is each node's own (user facts
+// and the facts file override the built-in ones), so a comparison CEL cannot
+// refuse, such as a number fact against text, may still match some node: it
+// is accepted, and matches where the types agree.
+func TestDynComparisonsAreAcceptedAndMatchWhereTypesAgree(t *testing.T) {
+	p, err := Compile(`facts.cpu_count > "a"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Eval(Facts{"cpu_count": int64(8)}); ok || err == nil {
+		t.Errorf("number fact: %v, %v; want no match with an error", ok, err)
+	}
+	if ok, err := p.Eval(Facts{"cpu_count": "b"}); !ok || err != nil {
+		t.Errorf("text fact: %v, %v; want a match", ok, err)
 	}
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -32,8 +32,9 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes, log_level, log_format"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text (key=value lines) or json (one object per line)"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
 			&cli.StringFlag{Name: "facts-file", Usage: "YAML or JSON file of user facts (nested values allowed), read again on SIGHUP"},
 			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer of tribe state, repeatable; with any, other nodes count only once a trusted writer admits them (tribe admit); none means every peer that can connect is trusted"},
@@ -52,15 +53,13 @@ func runAgent(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return usagef("--log-level %q: use debug, info, warn or error", c.String("log-level"))
-	}
-	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
-
 	cfg, err := agentConfig(c)
 	if err != nil {
 		return err
+	}
+	log, err := node.NewLogger(c.App.ErrWriter, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return usageError{err} // Validate has checked it
 	}
 	// The process ends with Run, so the signal relay is never stopped
 	// (signal.Stop was seen to stall shutdown for ~30 s here).
@@ -101,6 +100,14 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	if path := c.String("config"); path != "" {
 		if err := node.LoadConfigFile(path, &cfg); err != nil {
 			return cfg, err
+		}
+	}
+	for flag, dst := range map[string]*string{"log-level": &cfg.LogLevel, "log-format": &cfg.LogFormat} {
+		if c.IsSet(flag) {
+			*dst = c.String(flag)
+			if _, err := node.NewLogger(io.Discard, cfg.LogLevel, cfg.LogFormat); err != nil {
+				return cfg, usagef("--%s: %v", flag, err)
+			}
 		}
 	}
 	if c.IsSet("name") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,6 +96,7 @@ func TestCLIErrors(t *testing.T) {
 		{"bad listen", []string{"agent", "--data-dir", empty, "--listen", "nonsense"}, 2, "listen address"},
 		{"quic with swarm key", []string{"agent", "--data-dir", empty, "--swarm-key", "k", "--listen", "/ip4/127.0.0.1/udp/0/quic-v1"}, 2, "QUIC cannot use a swarm key"},
 		{"bad log level", []string{"agent", "--data-dir", empty, "--log-level", "loud"}, 2, "--log-level"},
+		{"bad log format", []string{"agent", "--data-dir", empty, "--log-format", "xml"}, 2, `--log-format: log format "xml": use text or json`},
 		{"bad fact", []string{"agent", "--data-dir", empty, "--fact", "Bad-Key=1"}, 2, "--fact"},
 		{"policy without tribe", []string{"policy", "create", "p", "true"}, 2, "tribe"},
 		{"missing config", []string{"agent", "--data-dir", empty, "--config", filepath.Join(empty, "nope.yaml")}, 1, "config file"},
@@ -166,5 +168,36 @@ func TestStatusAndPeersTables(t *testing.T) {
 	out, _, code = tribe("--data-dir", a.dir, "peers")
 	if code != 0 || !strings.Contains(out, "beta") || !strings.Contains(out, b.status().ID) {
 		t.Fatalf("peers table (exit %d):\n%s", code, out)
+	}
+	// nodes --detailed carries the facts, in JSON and in the table.
+	var nodes []api.Node
+	a.cliJSON(&nodes, "nodes", "--detailed", "--status", "alive")
+	if len(nodes) != 2 || nodes[0].Facts["hostname"] == nil || len(nodes[0].Addrs) == 0 {
+		t.Fatalf("nodes --detailed: %+v", nodes)
+	}
+	var plain []api.Node
+	a.cliJSON(&plain, "nodes")
+	if len(plain) != 2 || plain[0].Facts != nil {
+		t.Fatalf("nodes without --detailed carries facts: %+v", plain)
+	}
+	out, _, code = tribe("nodes", "--detailed", "--data-dir", a.dir)
+	if code != 0 || !strings.Contains(out, "ADDRESS") || !strings.Contains(out, "hostname=") {
+		t.Fatalf("nodes --detailed table (exit %d):\n%s", code, out)
+	}
+}
+
+func TestAgentLogsJSON(t *testing.T) {
+	a := newAgent(t, "alpha", "--log-format", "json")
+	a.start()
+	a.stop()
+	lines := strings.Split(strings.TrimSpace(a.log.String()), "\n")
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil || rec["msg"] == nil || rec["level"] == nil {
+			t.Fatalf("not a JSON log line: %q (%v)", l, err)
+		}
+	}
+	if len(lines) < 2 {
+		t.Fatalf("too few log lines: %q", lines)
 	}
 }

@@ -36,7 +36,19 @@ func usagef(format string, args ...any) error {
 // run runs the CLI and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.Run(interspersed(app, args))
+	// The completion flag must stay last for urfave/cli to see it.
+	complete := len(args) > 1 && args[len(args)-1] == completeFlag
+	if complete {
+		args = args[:len(args)-1]
+	}
+	args, err := helpArgs(app, args)
+	if err == nil {
+		args = interspersed(app, args)
+		if complete {
+			args = append(args, completeFlag)
+		}
+		err = app.Run(args)
+	}
 	if err == nil {
 		return 0
 	}
@@ -76,11 +88,15 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	cmds = append(cmds, admitCommand(), revokeCommand())
 	cmds = append(cmds, factsCommand(), policyCommand(), pluginCommand(), callCommand(), simCommand())
 	cmds = append(cmds, watchCommand())
+	cmds = append(cmds, versionCommand(), completionCommand())
 	var prepare func(cs []*cli.Command)
 	prepare = func(cs []*cli.Command) {
 		for _, c := range cs {
 			c.Flags = append(c.Flags, commonFlags()...)
 			c.OnUsageError = onUsage
+			if len(c.Subcommands) > 0 && c.Action == nil {
+				c.Action = groupAction
+			}
 			prepare(c.Subcommands)
 		}
 	}
@@ -95,11 +111,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands:                  cmds,
 		OnUsageError:              onUsage,
 		DisableSliceFlagSeparator: true,
-		HideHelpCommand:           true,
+		EnableBashCompletion:      true,
 		ExitErrHandler:            func(*cli.Context, error) {}, // run() maps errors to exit codes
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
-				return usagef("unknown command %q; see `tribe --help`", c.Args().First())
+				return unknownCommand(c.Args().First(), c.App.Name)
 			}
 			return cli.ShowAppHelp(c)
 		},

@@ -228,8 +228,9 @@ func TestCallAndPluginUsageErrors(t *testing.T) {
 		}
 	}
 	// With no agent running, a well-formed call says so and exits 1.
-	_, stderr, code := tribe("call", "--node", "a", "echo", "echo", "--data-dir", dir)
-	if code != 1 || !strings.Contains(stderr, "no agent running") {
-		t.Fatalf("call without an agent: exit %d, %q", code, stderr)
+	// The table's header waits for a first result: nothing goes to stdout.
+	stdout, stderr, code := tribe("call", "--node", "a", "echo", "echo", "--data-dir", dir)
+	if code != 1 || !strings.Contains(stderr, "no agent running") || stdout != "" {
+		t.Fatalf("call without an agent: exit %d, %q, stdout %q", code, stderr, stdout)
 	}
 }

@@ -147,15 +147,13 @@ Examples:
 			}
 			asJSON := flagBool(c, "json")
 			w := c.App.Writer
-			if !asJSON {
-				fmt.Fprintf(w, "%-24s %-14s %10s  %s\n", "NODE", "STATUS", "MS", "RESULT")
-			}
+			tbl := callTable{w: w}
 			sum, err := client(c).Call(c.Context, req, func(r api.CallResult) {
 				if asJSON {
 					json.NewEncoder(w).Encode(r)
 					return
 				}
-				printCallResult(w, r)
+				tbl.row(r)
 			})
 			if err != nil {
 				return err
@@ -163,14 +161,47 @@ Examples:
 			if asJSON {
 				json.NewEncoder(c.App.ErrWriter).Encode(map[string]api.CallSummary{"summary": sum})
 			} else {
-				fmt.Fprintf(w, "%d nodes: %d answered, %d failed, %d timed out in %.1f ms\n", sum.Targets, sum.Answered, sum.Failed, sum.TimedOut, sum.MS)
+				fmt.Fprintf(w, "%s: %d answered, %d failed, %d timed out in %.1f ms\n", plural(sum.Targets, "node"), sum.Answered, sum.Failed, sum.TimedOut, sum.MS)
 			}
 			if sum.Answered != sum.Targets {
-				return fmt.Errorf("%d of %d nodes did not answer ok", sum.Targets-sum.Answered, sum.Targets)
+				return fmt.Errorf("%d of %s did not answer ok", sum.Targets-sum.Answered, plural(sum.Targets, "node"))
 			}
 			return nil
 		},
 	}
+}
+
+// callTable prints call results as rows under a header that comes with the
+// first row, so a call refused before any target answers (an unknown node)
+// prints only its error.
+type callTable struct {
+	w      io.Writer
+	header bool
+}
+
+func (t *callTable) row(r api.CallResult) {
+	if !t.header {
+		fmt.Fprintf(t.w, "%-24s %-14s %10s  %s\n", "NODE", "STATUS", "MS", "RESULT")
+		t.header = true
+	}
+	printCallResult(t.w, r)
+}
+
+// plural is "1 node", "2 nodes".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// oneLine folds an error that spans lines (a dial error lists every address
+// tried) into one, so it stays in its table row.
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	return strings.Join(strings.Fields(s), " ")
 }
 
 // printCallResult prints one node's answer on one line: the result as
@@ -189,7 +220,7 @@ func printCallResult(w io.Writer, r api.CallResult) {
 	}
 	text := compact(r.Result)
 	if !r.OK {
-		text = r.Error
+		text = oneLine(r.Error)
 		if len(r.Result) > 0 {
 			text += " " + compact(r.Result)
 		}

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -18,33 +21,91 @@ func nodesCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "where", Usage: "only nodes whose facts match this CEL expression, e.g. 'facts.cpu_count >= 8'"},
 			&cli.BoolFlag{Name: "pending", Usage: "only the nodes waiting for a trusted writer to admit them"},
+			&cli.StringSliceFlag{Name: "status", Usage: "only nodes in this state: alive, suspect, dead or left; repeatable"},
+			&cli.BoolFlag{Name: "detailed", Usage: "with each node's facts"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			nodes, err := client(c).Nodes(c.Context, c.String("where"))
+			statuses := c.StringSlice("status")
+			for _, s := range statuses {
+				if !slices.Contains(nodeStatuses, s) {
+					return usagef("--status %q: use alive, suspect, dead or left", s)
+				}
+			}
+			get := client(c).Nodes
+			if c.Bool("detailed") {
+				get = client(c).NodesWithFacts
+			}
+			nodes, err := get(c.Context, c.String("where"))
 			if err != nil {
 				return err
 			}
-			if c.Bool("pending") {
-				nodes = slices.DeleteFunc(nodes, func(n api.Node) bool { return n.Admission != "pending" })
-			}
+			nodes = filterNodes(nodes, c.Bool("pending"), statuses)
 			if flagBool(c, "json") {
 				return printJSON(c.App.Writer, nodes)
 			}
-			tw := table(c.App.Writer)
-			fmt.Fprintln(tw, "NAME\tID\tLIVENESS\tADMISSION\tVERSION")
-			for _, n := range nodes {
-				name := n.Name
-				if n.Self {
-					name += " (this node)"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, n.ID, n.Liveness, n.Admission, n.Version)
-			}
-			return tw.Flush()
+			return printNodes(c.App.Writer, nodes, c.Bool("detailed"))
 		},
 	}
+}
+
+// nodeStatuses are the liveness states --status takes.
+var nodeStatuses = []string{"alive", "suspect", "dead", "left"}
+
+// filterNodes keeps the pending nodes (if pending) in one of statuses (if
+// any).
+func filterNodes(nodes []api.Node, pending bool, statuses []string) []api.Node {
+	return slices.DeleteFunc(nodes, func(n api.Node) bool {
+		return pending && n.Admission != "pending" || len(statuses) > 0 && !slices.Contains(statuses, n.Liveness)
+	})
+}
+
+// printNodes prints one line per node: its first address (more are in
+// --json), and with detailed its facts as k=v, sorted, as serf's members
+// -detailed prints tags.
+func printNodes(w io.Writer, nodes []api.Node, detailed bool) error {
+	tw := table(w)
+	header := "NAME\tID\tADDRESS\tSTATUS\tADMISSION\tVERSION"
+	if detailed {
+		header += "\tFACTS"
+	}
+	fmt.Fprintln(tw, header)
+	for _, n := range nodes {
+		name := n.Name
+		if n.Self {
+			name += " (this node)"
+		}
+		addr := "-"
+		if as := stripP2P(n.Addrs); len(as) > 0 {
+			addr = as[0]
+			if len(as) > 1 {
+				addr += fmt.Sprintf(" (+%d)", len(as)-1)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", name, n.ID, addr, n.Liveness, n.Admission, n.Version)
+		if detailed {
+			fmt.Fprintf(tw, "\t%s", factsLine(n.Facts))
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// factsLine is facts as k=v,k=v sorted by key; text as is, other values as
+// compact JSON.
+func factsLine(facts map[string]any) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(facts)) {
+		v, ok := facts[k].(string)
+		if !ok {
+			b, _ := json.Marshal(facts[k])
+			v = string(b)
+		}
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
 }
 
 // oneArg returns the command's single argument, named what.

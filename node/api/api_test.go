@@ -194,3 +194,21 @@ func TestLongCallOutlivesTheBodyTimeout(t *testing.T) {
 		t.Fatalf("call: %+v, %d results, %v", sum, len(got), err)
 	}
 }
+
+// A body of the wrong shape is refused in plain words, never with the Go
+// types it failed to fill.
+func TestBadBodyIsRefusedInPlainWords(t *testing.T) {
+	_, path := listen(t, fakeAgent{})
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+	resp, err := hc.Post("http://tribe/v1/tribes/t/join", "application/json", strings.NewReader(`{"nodes": "n1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `field \"nodes\": want a list of text, got text`) || strings.Contains(string(body), "Go ") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}

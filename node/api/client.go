@@ -60,6 +60,13 @@ func (c *Client) Nodes(ctx context.Context, where string) ([]Node, error) {
 	return n, err
 }
 
+// NodesWithFacts is Nodes with each node's facts.
+func (c *Client) NodesWithFacts(ctx context.Context, where string) ([]Node, error) {
+	var n []Node
+	err := c.do(ctx, http.MethodGet, "/v1/nodes?facts=1&where="+url.QueryEscape(where), nil, &n)
+	return n, err
+}
+
 // Facts returns a node's facts (the local node's when node is empty).
 func (c *Client) Facts(ctx context.Context, node string) (map[string]any, error) {
 	var f map[string]any

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tribeagent/tribe/node/api/events"
+	"github.com/tribeagent/tribe/plugins/jsonerr"
 )
 
 // Limits bound what one client of the socket may hold: a client that
@@ -136,7 +137,11 @@ func handler(agent Agent, limits Limits) http.Handler {
 		return agent.Peers(r.Context())
 	}))
 	mux.Handle("GET /v1/nodes", endpoint(func(r *http.Request) (any, error) {
-		return agent.Nodes(r.Context(), r.URL.Query().Get("where"))
+		q := r.URL.Query()
+		if q.Get("facts") == "1" {
+			return agent.NodesWithFacts(r.Context(), q.Get("where"))
+		}
+		return agent.Nodes(r.Context(), q.Get("where"))
 	}))
 	mux.Handle("GET /v1/facts", endpoint(func(r *http.Request) (any, error) {
 		return agent.Facts(r.Context(), r.URL.Query().Get("node"))
@@ -380,7 +385,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return BadRequest(fmt.Errorf("bad request body: %w", err))
+		return BadRequest(fmt.Errorf("bad request body: %w", jsonerr.Plain(err)))
 	}
 	return nil
 }

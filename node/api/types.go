@@ -25,6 +25,8 @@ type Agent interface {
 	Status(ctx context.Context) (Status, error)
 	Peers(ctx context.Context) ([]Peer, error)
 	Nodes(ctx context.Context, where string) ([]Node, error)
+	// NodesWithFacts is Nodes with each node's facts.
+	NodesWithFacts(ctx context.Context, where string) ([]Node, error)
 	Facts(ctx context.Context, node string) (map[string]any, error)
 	Tribes(ctx context.Context) ([]TribeSummary, error)
 	Tribe(ctx context.Context, name string) (Tribe, error)
@@ -212,6 +214,8 @@ type Node struct {
 	// "pending" (its entries count for nothing until `tribe admit`) or
 	// "revoked".
 	Admission string `json:"admission"`
+	// Facts are the node's replicated facts, from NodesWithFacts only.
+	Facts map[string]any `json:"facts,omitempty"`
 }
 
 // Member is a node in a tribe and why: "manual", or policy names.

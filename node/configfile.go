@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -32,6 +33,8 @@ type FileConfig struct {
 	} `yaml:"exec"`
 	FileDir      *string `yaml:"file_dir"`
 	FileMaxBytes *int64  `yaml:"file_max_bytes"`
+	// ReconnectTimeout is a Go duration ("72h", "30m").
+	ReconnectTimeout *time.Duration `yaml:"reconnect_timeout"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -68,6 +71,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	}
 	set(&cfg.FileDir, f.FileDir)
 	set(&cfg.FileMaxBytes, f.FileMaxBytes)
+	set(&cfg.ReconnectTimeout, f.ReconnectTimeout)
 	return nil
 }
 

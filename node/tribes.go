@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -27,6 +28,10 @@ type nodeRecord struct {
 	// Plugins is how loading went for each "<tribe>/<plugin>" this node
 	// was asked to run (see plugins.go).
 	Plugins map[string]pluginStatus `json:"plugins,omitempty"`
+	// Left says the node left the cluster cleanly at LeftAt (its clock):
+	// the last record it writes before it stops (see reap.go).
+	Left   bool      `json:"left,omitempty"`
+	LeftAt time.Time `json:"left_at,omitzero"`
 }
 
 // tribeRecord is tribes/<t>: an explicitly created tribe.
@@ -97,7 +102,7 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 		return nil, fmt.Errorf("node: encode facts: %w", err)
 	}
 	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: fb,
-		Plugins: n.plugins.status()}
+		Plugins: n.plugins.status(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("node: encode own record: %w", err)
@@ -151,7 +156,7 @@ func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
 	out := []api.Node{}
 	rules := n.rules()
 	for id, rec := range n.nodeRecords() {
-		if !match(rec) {
+		if !match(rec) || n.reaped(id) {
 			continue
 		}
 		l := n.liveness(id)
@@ -165,8 +170,10 @@ func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
 // nodeName is the part of a node record most views need: decoding only
 // it skips building the facts.
 type nodeName struct {
-	Name  string   `json:"name"`
-	Addrs []string `json:"addrs"`
+	Name   string    `json:"name"`
+	Addrs  []string  `json:"addrs"`
+	Left   bool      `json:"left"`
+	LeftAt time.Time `json:"left_at"`
 }
 
 // nodeNamed returns one node's name and addresses, if it has a record.
@@ -269,6 +276,9 @@ func (n *Node) members(v *tribeView) []api.Member {
 	recs := n.nodeRecords()
 	out := []api.Member{}
 	for id, via := range v.members {
+		if n.reaped(id) {
+			continue
+		}
 		slices.Sort(via)
 		out = append(out, api.Member{ID: id.String(), Name: recs[id].Name, Alive: n.liveness(id) == Alive, Via: via})
 	}

@@ -148,14 +148,7 @@ func tribeCommands() []*cli.Command {
 				return membership(c, (*api.Client).Join)
 			},
 		},
-		{
-			Name:      "leave",
-			Usage:     "remove nodes' manual membership of a tribe",
-			ArgsUsage: "TRIBE NODE...",
-			Action: func(c *cli.Context) error {
-				return membership(c, (*api.Client).Leave)
-			},
-		},
+		leaveCommand(),
 	}
 }
 

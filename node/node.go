@@ -18,6 +18,8 @@
 //	discovery.go  mDNS, DHT rendezvous, and the loop that keeps TargetPeers
 //	remembered.go peers seen, kept in <data-dir>/peers.json across restarts
 //	liveness.go   presence messages and the alive/suspect/dead rule
+//	reap.go       the left and reaping rules (pure)
+//	leave.go      farewell on a clean stop, tribe leave, force-leave
 //	tribes.go     node records, tribes and manual membership over the state
 //	authority.go  the trust model: admission, memberships that count, names
 //	policies.go   facts refresh, policies, and this node's policy memberships

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
@@ -101,7 +104,7 @@ func (n *Node) Crash() error {
 // record. A live node does so at once: force-leave is for nodes that are
 // gone.
 func (n *Node) ForceLeave(ctx context.Context, nodes []string) ([]api.Node, error) {
-	ids, err := n.distinctNodes(nodes)
+	ids, err := n.forceLeaveTargets(nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +130,35 @@ func (n *Node) ForceLeave(ctx context.Context, nodes []string) ([]api.Node, erro
 			Admission: string(n.rules().Status(id))})
 	}
 	return out, nil
+}
+
+// forceLeaveTargets resolves names as resolve does, except that a name
+// several nodes carry (a host rebuilt under one name, under open trust)
+// means those of them that are not alive: force-leave is for the gone.
+func (n *Node) forceLeaveTargets(names []string) ([]peer.ID, error) {
+	names, err := distinctNames(names)
+	if err != nil {
+		return nil, err
+	}
+	rules := n.rules()
+	var out []peer.ID
+	for _, s := range names {
+		if _, err := peer.Decode(s); err != nil {
+			if cands := n.named(rules, s); len(cands) > 1 {
+				gone := slices.DeleteFunc(slices.Clone(cands), func(id peer.ID) bool { return n.liveness(id) == Alive })
+				if len(gone) > 0 {
+					out = append(out, gone...)
+					continue
+				}
+			}
+		}
+		ids, err := n.resolve([]string{s})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return distinct(out), nil
 }
 
 // watchForced asks the record loop to refute a force-leave of this node

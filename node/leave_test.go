@@ -170,3 +170,31 @@ func TestForceLeave(t *testing.T) {
 	}
 	waitFor(t, "db to be back on admin", func() bool { return admin.liveness(other.ID()) == Alive && listed(t, admin, other.ID()) })
 }
+
+// Under open trust a host rebuilt under one name leaves its old identity
+// behind: force-leave by that name takes out the gone one, not the live.
+func TestForceLeaveByNameTakesTheGone(t *testing.T) {
+	ctx := context.Background()
+	admin := startNode(t, quick(loopbackConfig(t, "admin"), time.Hour))
+	web := func() *Node {
+		c := quick(loopbackConfig(t, "web"), time.Hour)
+		c.Join = []string{tcpAddr(admin)}
+		return startNode(t, c)
+	}
+	old := web()
+	waitFor(t, "admin to know the old web", func() bool { _, ok := admin.nodeNamed(old.ID()); return ok })
+	if err := old.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := web()
+	waitFor(t, "admin to see the old web dead, the new one alive", func() bool {
+		return admin.liveness(old.ID()) == Dead && admin.liveness(fresh.ID()) == Alive
+	})
+	res, err := admin.ForceLeave(ctx, []string{"web"})
+	if err != nil || len(res) != 1 || res[0].ID != old.ID().String() {
+		t.Fatalf("force-leave web: %+v, %v; want the old one only", res, err)
+	}
+	if listed(t, admin, old.ID()) || !listed(t, admin, fresh.ID()) {
+		t.Fatal("force-leave by name took the wrong node")
+	}
+}

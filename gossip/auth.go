@@ -46,6 +46,10 @@ var Kinds = []Kind{
 	{Name: "policy", Pattern: "policies/{policy}", Writer: Trusted},
 	{Name: "plugin", Pattern: "tribes/{tribe}/plugins/{plugin}", Writer: Trusted},
 	{Name: "task", Pattern: "tribes/{tribe}/tasks/{task}", Writer: Trusted},
+	// forced/<peer>: a trusted writer force-left the peer (`tribe
+	// force-leave`): every node treats it as left and reaped until it
+	// writes a newer record.
+	{Name: "forced", Pattern: "forced/{peer}", Writer: Trusted},
 }
 
 // nameRE is what tribe, policy, plugin and task names may look like.

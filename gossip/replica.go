@@ -131,6 +131,7 @@ func (r *Replica) Start(ps *pubsub.PubSub) error {
 		return fmt.Errorf("gossip: topic events: %w", err)
 	}
 	r.h.SetStreamHandler(SyncProtocol, r.serveSync)
+	r.h.SetStreamHandler(PushProtocol, r.servePush)
 	r.spawn(r.receive)
 	r.spawn(func() { r.onTopicJoin(joins) })
 	r.spawn(r.pullPeriodically)
@@ -150,6 +151,7 @@ func (r *Replica) Close() error {
 	}
 	r.cancel()
 	r.h.RemoveStreamHandler(SyncProtocol)
+	r.h.RemoveStreamHandler(PushProtocol)
 	if r.sub != nil {
 		r.sub.Cancel()
 	}

@@ -218,6 +218,8 @@ func TestApplyRefusesAndChangesNothing(t *testing.T) {
 		{"untrusted writer", outsider.write(t, t0, "tribes/core", "x", false), ErrUnauthorized},
 		{"someone else's node record", trusted.write(t, t0, "nodes/"+outsider.id.String(), "x", false), ErrUnauthorized},
 		{"someone else's policy membership", trusted.write(t, t0, "tribes/core/members/"+outsider.id.String()+"/policy", "x", false), ErrUnauthorized},
+		{"untrusted force-leave", outsider.write(t, t0, "forced/"+trusted.id.String(), "{}", false), ErrUnauthorized},
+		{"force-leave of itself, untrusted", outsider.write(t, t0, "forced/"+outsider.id.String(), "{}", false), ErrUnauthorized},
 		{"unknown key kind", trusted.write(t, t0, "secrets/x", "x", false), ErrUnknownKey},
 		{"bad tribe name", trusted.write(t, t0, "tribes/Core!", "x", false), ErrUnknownKey},
 		{"from the future", trusted.write(t, t0.Add(2*time.Minute), "tribes/core", "x", false), ErrFromFuture},
@@ -279,6 +281,7 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 		"policy":        "policies/storage",
 		"plugin":        "tribes/core/plugins/exec",
 		"task":          "tribes/core/tasks/t-1",
+		"forced":        "forced/" + p,
 	}
 	seen := map[string]bool{}
 	for _, k := range Kinds {
@@ -299,7 +302,7 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 	if len(seen) != len(examples) {
 		t.Errorf("examples name kinds the table lacks: %v vs %v", examples, seen)
 	}
-	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER", "admitted", "admitted/not-a-peer", "admitted/" + cidForm(t, p)} {
+	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER", "admitted", "admitted/not-a-peer", "admitted/" + cidForm(t, p), "forced", "forced/not-a-peer", "forced/" + cidForm(t, p)} {
 		if _, err := Classify(bad); !errors.Is(err, ErrUnknownKey) {
 			t.Errorf("Classify(%q) = %v, want ErrUnknownKey", bad, err)
 		}

@@ -22,7 +22,7 @@ const shutdownTimeout = 5 * time.Second
 
 // Run is `tribe agent`: it builds and starts a node, serves the control API
 // on <data-dir>/tribe.sock once the node is up, and shuts both down (socket
-// removed, state saved) when ctx ends. ready, if not nil, is called once the
+// removed, state saved, farewell said) when ctx ends or `tribe leave` asks. ready, if not nil, is called once the
 // API answers.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) error {
 	n, err := New(cfg, Deps{Logger: log})
@@ -43,7 +43,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 	if ready != nil {
 		ready(n)
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-n.Leaving():
+	}
 	log.Info("shutting down")
 	n.stopWatches() // watch streams never end by themselves
 	var errs []error

@@ -79,6 +79,14 @@ type Config struct {
 	// PresenceInterval is how often the node announces it is alive; a node
 	// silent for three intervals and not connected is no longer alive.
 	PresenceInterval time.Duration
+	// ReconnectTimeout is how long a dead or left node is kept in this
+	// node's views (nodes, members, name resolution) after it was last
+	// heard from; then it is reaped: hidden until it is heard from again
+	// (Serf's reconnect_timeout). A force-left node is reaped at once.
+	ReconnectTimeout time.Duration
+	// LeaveTimeout bounds how long a node that leaves (Close, `tribe
+	// leave`) waits for a peer to acknowledge its farewell record.
+	LeaveTimeout time.Duration
 	// StateNoSync skips fsync in the state store. Only for simulations.
 	StateNoSync bool
 	// Facts are the operator's own facts (--fact), over the facts file's
@@ -131,6 +139,8 @@ func DefaultConfig() Config {
 		MaxRemembered:     256,
 		SyncInterval:      30 * time.Second,
 		PresenceInterval:  10 * time.Second,
+		ReconnectTimeout:  72 * time.Hour,
+		LeaveTimeout:      3 * time.Second,
 		FactsInterval:     5 * time.Minute,
 		CallParallel:      64,
 	}
@@ -192,6 +202,8 @@ func (c Config) Validate() error {
 		"sync interval":      c.SyncInterval,
 		"presence interval":  c.PresenceInterval,
 		"facts interval":     c.FactsInterval,
+		"reconnect timeout":  c.ReconnectTimeout,
+		"leave timeout":      c.LeaveTimeout,
 	} {
 		if d <= 0 {
 			bad("%s must be positive, not %v", name, d)

@@ -53,6 +53,8 @@ func TestValidate(t *testing.T) {
 		{"water marks", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "water marks"},
 		{"backoff order", func(c *Config) { c.BackoffMax = c.BackoffMin / 2 }, "maximum backoff"},
 		{"zero interval", func(c *Config) { c.DiscoveryInterval = 0 }, "discovery interval"},
+		{"zero reconnect timeout", func(c *Config) { c.ReconnectTimeout = 0 }, "reconnect timeout must be positive"},
+		{"negative leave timeout", func(c *Config) { c.LeaveTimeout = -time.Second }, "leave timeout must be positive"},
 		{"negative file cap", func(c *Config) { c.FileMaxBytes = -1 }, "file plugin size cap"},
 		{"json logs", func(c *Config) { c.LogLevel, c.LogFormat = "warn", "json" }, ""},
 		{"bad log level", func(c *Config) { c.LogLevel = "loud" }, `log level "loud": use debug, info, warn or error`},
@@ -128,13 +130,13 @@ func TestBackoff(t *testing.T) {
 func TestLoadConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tribe.yaml")
-	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\nlog_level: debug\nlog_format: json\n"), 0o600)
+	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\nlog_level: debug\nlog_format: json\nreconnect_timeout: 24h\n"), 0o600)
 	c := validConfig()
 	if err := LoadConfigFile(path, &c); err != nil {
 		t.Fatal(err)
 	}
 	if c.Name != "web-1" || c.Cluster != "prod" || c.MDNS || len(c.Join) != 1 || c.TargetPeers != 4 || c.FileMaxBytes != 1000 ||
-		c.LogLevel != "debug" || c.LogFormat != "json" {
+		c.LogLevel != "debug" || c.LogFormat != "json" || c.ReconnectTimeout != 24*time.Hour {
 		t.Fatalf("config file not applied: %+v", c)
 	}
 	if c.ListenAddrs != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -34,6 +35,8 @@ type FileConfig struct {
 	FileMaxBytes *int64  `yaml:"file_max_bytes"`
 	LogLevel     *string `yaml:"log_level"`
 	LogFormat    *string `yaml:"log_format"`
+	// ReconnectTimeout is a Go duration ("72h", "30m").
+	ReconnectTimeout *time.Duration `yaml:"reconnect_timeout"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -72,6 +75,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	set(&cfg.FileMaxBytes, f.FileMaxBytes)
 	set(&cfg.LogLevel, f.LogLevel)
 	set(&cfg.LogFormat, f.LogFormat)
+	set(&cfg.ReconnectTimeout, f.ReconnectTimeout)
 	return nil
 }
 

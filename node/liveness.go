@@ -14,7 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/record"
 )
 
-// Liveness: a node is alive while it is connected to us or was heard from
+// Liveness: a node is left when it said so (see reap.go); otherwise alive while it is connected to us or was heard from
 // (a presence message) within presenceTimeout = 3 presence intervals;
 // suspect while silent for up to twice that; dead after. Connectivity alone
 // would miss nodes we are not directly connected to, and a killed peer's
@@ -182,7 +182,16 @@ func (n *Node) startPresence(ps *pubsub.PubSub, key crypto.PrivKey) error {
 		defer t.Close()
 		defer stopRelay()
 		for {
-			if msg, err := sealPresence(key, n.now()); err == nil {
+			// A leaving node is silent: presence sent after its farewell
+			// would bring it back (see reap.go).
+			n.leaveMu.Lock()
+			if n.leaving {
+				n.leaveMu.Unlock()
+				return
+			}
+			msg, err := sealPresence(key, n.now())
+			n.leaveMu.Unlock()
+			if err == nil {
 				t.Publish(n.ctx, msg)
 			}
 			if !n.sleep(time.Duration(float64(n.cfg.PresenceInterval) * (0.9 + 0.2*n.float()))) {
@@ -193,10 +202,42 @@ func (n *Node) startPresence(ps *pubsub.PubSub, key crypto.PrivKey) error {
 	return nil
 }
 
-// liveness tells whether p is alive now.
+func (p *presence) lastSent(id peer.ID) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent[id]
+}
+
+// liveness tells whether p is alive, suspect, dead or left now.
 func (n *Node) liveness(p peer.ID) string {
 	if p == n.host.ID() {
 		return Alive
 	}
-	return liveness(n.isConnected(p), n.presence.last(p), n.now(), 3*n.cfg.PresenceInterval)
+	return n.view(p).state(n.now(), 3*n.cfg.PresenceInterval)
+}
+
+// reaped reports whether p is out of this node's views (see reap.go).
+func (n *Node) reaped(p peer.ID) bool {
+	if p == n.host.ID() {
+		return false
+	}
+	return n.view(p).reaped(n.now(), 3*n.cfg.PresenceInterval, n.cfg.ReconnectTimeout)
+}
+
+// view gathers what the liveness and reaping rules need about p.
+func (n *Node) view(p peer.ID) peerView {
+	v := peerView{connected: n.isConnected(p), heard: n.presence.last(p), sent: n.presence.lastSent(p)}
+	if e, ok := n.replica.Get(nodesPrefix + p.String()); ok {
+		v.record = e.HLC
+		if rec, _ := n.nodeNamed(p); rec.Left {
+			v.leftAt = rec.LeftAt
+			if v.leftAt.IsZero() {
+				v.leftAt = e.HLC.Wall()
+			}
+		}
+	}
+	if e, ok := n.replica.Get(forcedPrefix + p.String()); ok {
+		v.forced = e.HLC
+	}
+	return v
 }

@@ -80,14 +80,15 @@ func (n *Node) boundName(rules authority.Rules, id peer.ID) string {
 	return ""
 }
 
-// named returns the nodes that count and answer to name.
+// named returns the nodes that count and answer to name, reaped ones left
+// out: a name is free once its holder is reaped (see reap.go).
 func (n *Node) named(rules authority.Rules, name string) []peer.ID {
 	n.auth.mu.Lock()
 	cands := slices.Concat(n.auth.byName[name], n.auth.admName[name])
 	n.auth.mu.Unlock()
 	var out []peer.ID
 	for _, id := range cands {
-		if !slices.Contains(out, id) && n.boundName(rules, id) == name {
+		if !slices.Contains(out, id) && n.boundName(rules, id) == name && !n.reaped(id) {
 			out = append(out, id)
 		}
 	}
@@ -119,8 +120,8 @@ func (n *Node) allNames() map[peer.ID]nodeName {
 	return out
 }
 
-// pick chooses among the nodes that answer to one name: the only one.
-// Under open trust, where a host restarted with a fresh data dir leaves
+// pick chooses among the nodes that answer to one name: the only one, or
+// the only one that has not left when several do. Under open trust, where a host restarted with a fresh data dir leaves
 // its old record behind under the same name, the only live one also
 // does; with trusted writers a name is bound at admission, and liveness
 // (which anyone can fake for a while by replaying presence) never breaks
@@ -137,6 +138,9 @@ func (n *Node) pick(rules authority.Rules, name string, ids []peer.ID) (peer.ID,
 		return "", api.NotFound(fmt.Errorf("%w %q (see `tribe nodes`)", ErrUnknownNode, name))
 	case 1:
 		return ids[0], nil
+	}
+	if stayed := slices.DeleteFunc(slices.Clone(ids), func(id peer.ID) bool { return n.liveness(id) == Left }); len(stayed) == 1 {
+		return stayed[0], nil
 	}
 	if rules.Open() {
 		var alive []peer.ID

@@ -18,6 +18,8 @@
 //	discovery.go  mDNS, DHT rendezvous, and the loop that keeps TargetPeers
 //	remembered.go peers seen, kept in <data-dir>/peers.json across restarts
 //	liveness.go   presence messages and the alive/suspect/dead rule
+//	reap.go       the left and reaping rules (pure)
+//	leave.go      farewell on a clean stop, tribe leave, force-leave
 //	tribes.go     node records, tribes and manual membership over the state
 //	authority.go  the trust model: admission, memberships that count, names
 //	policies.go   facts refresh, policies, and this node's policy memberships
@@ -127,6 +129,17 @@ type Node struct {
 	auth     authState
 	events   *events.Hub // what `tribe watch` streams (events.go)
 
+	// Leaving (leave.go): leaveMu orders the last presence before the
+	// farewell; leftAt (under recordMu) is when this node left.
+	leaveMu   sync.Mutex
+	leaving   bool
+	leftAt    time.Time
+	running   atomic.Bool   // Start finished: Close says farewell
+	crashed   atomic.Bool   // Crash: Close says nothing
+	leaveReq  chan struct{} // closed by LeaveCluster: Run stops
+	leaveOnce sync.Once
+	refute    chan struct{} // a force-leave of this node arrived
+
 	started   time.Time
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -147,7 +160,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(),
-		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1)}
+		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1),
+		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1)}
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect
 	}
@@ -343,6 +357,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.spawn(n.discoveryLoop)
 	n.spawn(n.saveLoop)
+	n.watchForced()
 	n.spawn(n.recordLoop)
 	n.spawn(n.factsLoop)
 	n.spawn(n.reconcileLoop)
@@ -355,6 +370,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	n.calls.Start()
+	n.running.Store(true)
 	n.log.Info("node started", "id", n.host.ID(), "addrs", n.host.Addrs(), "cluster", n.cfg.Cluster, "mdns", n.cfg.MDNS, "private", n.private)
 	return nil
 }
@@ -363,10 +379,26 @@ func (n *Node) Start(ctx context.Context) error {
 // addresses) in the replicated state is current.
 const recordInterval = time.Minute
 
+// It also refutes a force-leave of this node (leave.go).
 func (n *Node) recordLoop() {
-	for n.sleep(recordInterval) {
-		if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {
-			n.log.Warn("updating own record", "err", err)
+	t := time.NewTicker(recordInterval)
+	defer t.Stop()
+	refute := func() {
+		if err := n.refuteForceLeave(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("refuting a force-leave", "err", err)
+		}
+	}
+	refute()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.refute:
+			refute()
+		case <-t.C:
+			if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {
+				n.log.Warn("updating own record", "err", err)
+			}
 		}
 	}
 }
@@ -387,12 +419,18 @@ func (n *Node) spawn(f func()) {
 	}()
 }
 
-// Close stops discovery, saves the remembered peers, closes the host and
-// releases the data dir. It is safe to call more than once and on a node
-// that was never started.
+// Close says farewell (the node is then `left` to its peers, not dead;
+// see leave.go), stops discovery, saves the remembered peers, closes the
+// host and releases the data dir. It is safe to call more than once and
+// on a node that was never started.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
+		if n.running.Load() && !n.crashed.Load() {
+			if _, err := n.farewell(context.Background()); err != nil {
+				n.log.Warn("leaving", "err", err)
+			}
+		}
 		// The replica leaves its topic while pubsub still runs.
 		if n.replica != nil {
 			errs = append(errs, n.replica.Close())

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -27,6 +28,10 @@ type nodeRecord struct {
 	// Plugins is how loading went for each "<tribe>/<plugin>" this node
 	// was asked to run (see plugins.go).
 	Plugins map[string]pluginStatus `json:"plugins,omitempty"`
+	// Left says the node left the cluster cleanly at LeftAt (its clock):
+	// the last record it writes before it stops (see reap.go).
+	Left   bool      `json:"left,omitempty"`
+	LeftAt time.Time `json:"left_at,omitzero"`
 }
 
 // tribeRecord is tribes/<t>: an explicitly created tribe.
@@ -97,7 +102,7 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 		return nil, fmt.Errorf("node: encode facts: %w", err)
 	}
 	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: fb,
-		Plugins: n.plugins.status()}
+		Plugins: n.plugins.status(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("node: encode own record: %w", err)
@@ -160,7 +165,7 @@ func (n *Node) nodes(where string, withFacts bool) ([]api.Node, error) {
 	out := []api.Node{}
 	rules := n.rules()
 	for id, rec := range n.nodeRecords() {
-		if !match(rec) {
+		if !match(rec) || n.reaped(id) {
 			continue
 		}
 		l := n.liveness(id)
@@ -177,8 +182,10 @@ func (n *Node) nodes(where string, withFacts bool) ([]api.Node, error) {
 // nodeName is the part of a node record most views need: decoding only
 // it skips building the facts.
 type nodeName struct {
-	Name  string   `json:"name"`
-	Addrs []string `json:"addrs"`
+	Name   string    `json:"name"`
+	Addrs  []string  `json:"addrs"`
+	Left   bool      `json:"left"`
+	LeftAt time.Time `json:"left_at"`
 }
 
 // nodeNamed returns one node's name and addresses, if it has a record.
@@ -281,6 +288,9 @@ func (n *Node) members(v *tribeView) []api.Member {
 	recs := n.nodeRecords()
 	out := []api.Member{}
 	for id, via := range v.members {
+		if n.reaped(id) {
+			continue
+		}
 		slices.Sort(via)
 		out = append(out, api.Member{ID: id.String(), Name: recs[id].Name, Alive: n.liveness(id) == Alive, Via: via})
 	}
@@ -346,33 +356,61 @@ func (n *Node) CreateTribe(ctx context.Context, name string) (api.Tribe, error) 
 	return n.Tribe(ctx, name)
 }
 
-// DeleteTribe implements api.Agent: it deletes the tribe's metadata and
-// manual memberships. Members by policy stay until the policy goes.
+// DeleteTribe implements api.Agent: it deletes everything under the tribe
+// that trusted writers own (its metadata, manual memberships, plugins and
+// tasks), so the tribe is gone from every view. A tribe a policy names is
+// refused: the policy would bring it back, so it goes first. Policy
+// memberships are each member's own entries: with no policy naming the
+// tribe they count for nothing, and each member drops its own.
 func (n *Node) DeleteTribe(ctx context.Context, name string) (api.Tribe, error) {
-	v, ok := n.tribes()[name]
-	if !ok {
-		return api.Tribe{}, api.NotFound(fmt.Errorf("%w %q", ErrUnknownTribe, name))
+	if err := checkTribeName(name); err != nil {
+		return api.Tribe{}, err
 	}
-	if v.explicit {
-		if _, err := n.replica.Delete(ctx, tribesPrefix+name); err != nil {
-			return api.Tribe{}, writeErr(err)
-		}
+	v, ok := n.tribes()[name]
+	owned := n.trustedEntries(name)
+	if !ok && len(owned) == 0 {
+		return api.Tribe{}, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, name))
+	}
+	if ok && len(v.policies) > 0 {
+		slices.Sort(v.policies)
+		return api.Tribe{}, api.BadRequest(fmt.Errorf("tribe %q: policy %s names it; delete the policy first (tribe policy delete %s)",
+			name, strings.Join(v.policies, ", policy "), v.policies[0]))
+	}
+	if err := n.replica.Trust().Authorize(tribesPrefix+name, n.host.ID()); err != nil {
+		return api.Tribe{}, writeErr(err)
+	}
+	var gone tribeView
+	if ok {
+		gone = *v
 	}
 	// Every manual membership, counted or not: a revoked node's must not
 	// come back with its re-admission, nor in a tribe made anew under the
-	// same name.
-	for _, e := range n.replica.Prefix(tribesPrefix + name + "/members/") {
-		if _, _, via, ok := splitMemberKey(e.Key); ok && via == "manual" {
-			if _, err := n.replica.Delete(ctx, e.Key); err != nil {
-				return api.Tribe{}, writeErr(err)
-			}
+	// same name. The same for plugins and tasks.
+	for _, key := range owned {
+		if err := ctx.Err(); err != nil {
+			return api.Tribe{}, fmt.Errorf("node: delete tribe %s: stopped: %w", name, err)
+		}
+		if _, err := n.replica.Delete(ctx, key); err != nil {
+			return api.Tribe{}, writeErr(err)
 		}
 	}
-	left, ok := n.tribes()[name]
-	if !ok {
-		return api.Tribe{Name: name, Members: []api.Member{}, Policies: []string{}, Plugins: []string{}}, nil
+	slices.Sort(gone.plugins)
+	return api.Tribe{Name: name, Explicit: gone.explicit, Members: n.members(&gone), Policies: []string{}, Plugins: orEmpty(gone.plugins)}, nil
+}
+
+// trustedEntries lists the live keys of tribe that trusted writers own:
+// its metadata, manual memberships, plugins and tasks.
+func (n *Node) trustedEntries(tribe string) []string {
+	var out []string
+	if _, ok := n.replica.Get(tribesPrefix + tribe); ok {
+		out = append(out, tribesPrefix+tribe)
 	}
-	return api.Tribe{Name: name, Members: n.members(left), Policies: orEmpty(left.policies), Plugins: orEmpty(left.plugins)}, nil
+	for _, e := range n.replica.Prefix(tribesPrefix + tribe + "/") {
+		if k, err := gossip.Classify(e.Key); err == nil && k.Writer == gossip.Trusted {
+			out = append(out, e.Key)
+		}
+	}
+	return out
 }
 
 func memberKey(tribe string, id peer.ID, via string) string {
@@ -422,10 +460,12 @@ func (n *Node) distinctNodes(names []string) ([]peer.ID, error) {
 	return distinct(ids), nil
 }
 
-// Join implements api.Agent: manual membership of existing nodes in an
-// existing tribe. It stops writing when ctx ends (the client left).
+// Join implements api.Agent: manual membership of existing nodes in a
+// tribe that was created or that a policy names; one that only members or
+// plugins left behind must be created first. It stops writing when ctx
+// ends (the client left).
 func (n *Node) Join(ctx context.Context, tribe string, nodes []string) ([]api.Member, error) {
-	if _, ok := n.tribes()[tribe]; !ok {
+	if v, ok := n.tribes()[tribe]; !ok || (!v.explicit && len(v.policies) == 0) {
 		return nil, api.NotFound(fmt.Errorf("%w %q (create it with `tribe create %s`)", ErrUnknownTribe, tribe, tribe))
 	}
 	ids, err := n.distinctNodes(nodes)

@@ -100,3 +100,67 @@ func TestAdmitAndRevokeWriteEachNodeOnce(t *testing.T) {
 	checkEachNodeOnce(t, writesUnder(t, admin, authority.AdmittedPrefix), "b", ns["b"].ID().String(),
 		nodesOp[api.Admission]{"admit", admit, 1}, nodesOp[api.Admission]{"revoke", admin.Revoke, 1})
 }
+
+// TestDeleteTribeRemovesWhatTrustedWritersOwn: a deleted tribe is gone
+// from every view, its plugins with it; deleting it again, or a tribe
+// that never was, is an error; joining it afterwards needs `create`; and a
+// tribe a policy names is refused, naming the policy.
+func TestDeleteTribeRemovesWhatTrustedWritersOwn(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, loopbackConfig(t, "a"))
+	if _, err := n.CreateTribe(ctx, "core"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Join(ctx, "core", []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.LoadPlugin(ctx, "echo", "core", api.LoadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.DeleteTribe(ctx, "core"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Tribe(ctx, "core"); statusOf(err) != http.StatusNotFound {
+		t.Fatalf("show after delete: %v; want not found", err)
+	}
+	if list, _ := n.Tribes(ctx); len(list) != 0 {
+		t.Fatalf("list after delete: %+v", list)
+	}
+	if left := n.replica.Prefix(tribesPrefix + "core/"); len(left) != 0 {
+		t.Fatalf("entries left under the tribe: %d", len(left))
+	}
+	if _, err := n.DeleteTribe(ctx, "core"); statusOf(err) != http.StatusNotFound {
+		t.Fatalf("second delete: %v; want not found", err)
+	}
+	if _, err := n.DeleteTribe(ctx, "never"); statusOf(err) != http.StatusNotFound {
+		t.Fatalf("delete of a tribe that never was: %v; want not found", err)
+	}
+	if _, err := n.Join(ctx, "core", []string{"a"}); statusOf(err) != http.StatusNotFound || !strings.Contains(err.Error(), "tribe create core") {
+		t.Fatalf("join after delete: %v; want not found, asking for create", err)
+	}
+
+	// Plugins alone do not make a tribe one can join.
+	if _, err := n.CreateTribe(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.LoadPlugin(ctx, "echo", "web", api.LoadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.replica.Delete(ctx, tribesPrefix+"web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Join(ctx, "web", []string{"a"}); statusOf(err) != http.StatusNotFound {
+		t.Fatalf("join to a tribe only a plugin keeps: %v; want not found", err)
+	}
+
+	if _, err := n.CreatePolicy(ctx, "storage", "store", "true"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.DeleteTribe(ctx, "store")
+	if statusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "policy storage names it; delete the policy first") {
+		t.Fatalf("delete of a tribe a policy names: %v", err)
+	}
+	if _, err := n.Join(ctx, "store", []string{"a"}); err != nil {
+		t.Fatalf("join to a tribe a policy names: %v", err)
+	}
+}

@@ -119,7 +119,7 @@ func (s *Sim) Crash(i int) error {
 	if n == nil {
 		return fmt.Errorf("sim: node %d is not running", i)
 	}
-	errs := []error{n.Close()}
+	errs := []error{n.Crash()}
 	// mocknet would still let peers dial the closed host's network; a
 	// crashed host must be unreachable until it restarts.
 	id := s.members[i].id

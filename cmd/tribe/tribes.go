@@ -183,7 +183,7 @@ func tribeCommands() []*cli.Command {
 		},
 		{
 			Name:      "delete",
-			Usage:     "delete a tribe and its manual memberships (members by policy stay while the policy does)",
+			Usage:     "delete a tribe: its metadata, manual memberships, plugins and tasks (refused while a policy names it)",
 			ArgsUsage: "TRIBE",
 			Action: func(c *cli.Context) error {
 				name, err := oneArg(c, "the tribe")
@@ -197,11 +197,7 @@ func tribeCommands() []*cli.Command {
 				if flagBool(c, "json") {
 					return printJSON(c.App.Writer, t)
 				}
-				if len(t.Members) == 0 {
-					fmt.Fprintf(c.App.Writer, "deleted tribe %s\n", name)
-					return nil
-				}
-				fmt.Fprintf(c.App.Writer, "deleted tribe %s's metadata and manual members; %d members by policy remain\n", name, len(t.Members))
+				fmt.Fprintf(c.App.Writer, "deleted tribe %s (%d members, %d plugins)\n", name, len(t.Members), len(t.Plugins))
 				return nil
 			},
 		},
@@ -213,14 +209,7 @@ func tribeCommands() []*cli.Command {
 				return membership(c, (*api.Client).Join)
 			},
 		},
-		{
-			Name:      "leave",
-			Usage:     "remove nodes' manual membership of a tribe",
-			ArgsUsage: "TRIBE NODE...",
-			Action: func(c *cli.Context) error {
-				return membership(c, (*api.Client).Leave)
-			},
-		},
+		leaveCommand(),
 	}
 }
 

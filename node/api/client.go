@@ -173,6 +173,21 @@ func (c *Client) Revoke(ctx context.Context, nodes []string) ([]Admission, error
 	return a, err
 }
 
+// LeaveCluster makes the agent leave the cluster cleanly and stop.
+func (c *Client) LeaveCluster(ctx context.Context) (LeaveResult, error) {
+	var res LeaveResult
+	err := c.do(ctx, http.MethodPost, "/v1/leave", struct{}{}, &res)
+	return res, err
+}
+
+// ForceLeave marks nodes (names or peer IDs) as left and reaped on every
+// node until they write a newer record. Trusted writers only.
+func (c *Client) ForceLeave(ctx context.Context, nodes []string) ([]Node, error) {
+	var out []Node
+	err := c.do(ctx, http.MethodPost, "/v1/force-leave", NodesRequest{Nodes: nodes}, &out)
+	return out, err
+}
+
 // UnloadPlugin unloads a plugin from a tribe's members.
 func (c *Client) UnloadPlugin(ctx context.Context, name, tribe string) (Plugin, error) {
 	var p Plugin

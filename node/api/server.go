@@ -221,6 +221,16 @@ func handler(agent Agent, limits Limits) http.Handler {
 		return agent.Revoke(r.Context(), req.Nodes)
 	}))
 	mux.Handle("GET /v1/watch", watchHandler(agent))
+	mux.Handle("POST /v1/leave", endpoint(func(r *http.Request) (any, error) {
+		return agent.LeaveCluster(r.Context())
+	}))
+	mux.Handle("POST /v1/force-leave", endpoint(func(r *http.Request) (any, error) {
+		var req NodesRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.ForceLeave(r.Context(), req.Nodes)
+	}))
 	// Go's profiler, for operators chasing memory or CPU; the socket is
 	// private to the agent's user.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

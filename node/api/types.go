@@ -54,6 +54,21 @@ type Agent interface {
 	// until ctx ends (it returns nil then) or the agent shuts down (an
 	// error). See package events.
 	Watch(ctx context.Context, prefix string, emit func(*events.Event)) error
+	// LeaveCluster makes this agent leave the cluster cleanly (its peers
+	// see it `left`) and then stop. ForceLeave (trusted writers only)
+	// makes every node treat nodes as left and reaped until they write a
+	// newer record.
+	LeaveCluster(ctx context.Context) (LeaveResult, error)
+	ForceLeave(ctx context.Context, nodes []string) ([]Node, error)
+}
+
+// LeaveResult is `tribe leave`: how many peers acknowledged this agent's
+// farewell, and why none did, if none did (it still spreads by gossip).
+type LeaveResult struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Acked int    `json:"acked"`
+	Error string `json:"error,omitempty"`
 }
 
 // Admission is how a node stands with the trust list after `tribe admit`
@@ -206,7 +221,9 @@ type Node struct {
 	Version string   `json:"version"`
 	// Alive is true while the node is connected to this one or was heard
 	// from (presence) within the presence timeout; Liveness says "alive",
-	// "suspect" (silent up to twice the timeout) or "dead".
+	// "suspect" (silent up to twice the timeout), "dead", or "left" (it
+	// left cleanly, or was force-left). Nodes dead or left for longer
+	// than the reconnect timeout, and force-left ones, are not listed.
 	Alive    bool   `json:"alive"`
 	Liveness string `json:"liveness"`
 	Self     bool   `json:"self,omitempty"`

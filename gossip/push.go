@@ -1,0 +1,94 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// PushProtocol hands one entry (its signed envelope, then the end of the
+// stream), authored by the sender, straight to a peer, which stores it and answers with one byte. A node that leaves the
+// cluster pushes its farewell record this way to know it reached someone
+// before it closes: pubsub gives no such word, and anti-entropy is a pull.
+// Only the sender's own entries are taken, so a push spreads nothing a
+// peer could not publish on the topic itself; everything else is refused
+// and counted like a bad topic message (one from another author as
+// malformed).
+const PushProtocol = "/tribe/push/1.0.0"
+
+// pushTimeout bounds one push on either side.
+const pushTimeout = 10 * time.Second
+
+// ErrNotOwnEntry refuses a pushed entry its sender did not author.
+var ErrNotOwnEntry = errors.New("gossip: pushed entry not authored by its sender")
+
+// Push hands s to p and returns once p has stored it (or refused it, an
+// error). s must be this replica's own entry.
+func (r *Replica) Push(ctx context.Context, p peer.ID, s *Signed) error {
+	ctx, cancel := context.WithTimeout(ctx, pushTimeout)
+	defer cancel()
+	st, err := r.h.NewStream(ctx, p, PushProtocol)
+	if err != nil {
+		return fmt.Errorf("gossip: push to %s: %w", p, err)
+	}
+	defer st.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		st.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { st.Reset() })
+	defer stop()
+	if _, err := st.Write(s.Raw); err != nil {
+		return fmt.Errorf("gossip: push to %s: %w", p, err)
+	}
+	st.CloseWrite()
+	var ack [1]byte
+	if _, err := io.ReadFull(st, ack[:]); err != nil {
+		return fmt.Errorf("gossip: push to %s: no answer: %w", p, err)
+	}
+	if ack[0] != 1 {
+		return fmt.Errorf("gossip: push to %s: refused", p)
+	}
+	return nil
+}
+
+// servePush takes one pushed entry, checked as the topic validator
+// checks a message, plus that its sender wrote it.
+func (r *Replica) servePush(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	s.SetDeadline(time.Now().Add(pushTimeout))
+	b, err := io.ReadAll(io.LimitReader(s, MaxEntrySize+1))
+	if err != nil {
+		s.Reset()
+		return
+	}
+	var e *Signed
+	if len(b) > MaxEntrySize {
+		err = fmt.Errorf("%w: pushed entry over %d bytes", ErrTooLarge, MaxEntrySize)
+	} else {
+		e, err = Open(b)
+	}
+	if err == nil && e.Author != from {
+		err = fmt.Errorf("%w: %s from %s", ErrNotOwnEntry, e.Key, from)
+	}
+	if err == nil {
+		err = r.state.Trust().Authorize(e.Key, e.Author)
+	}
+	if err == nil && e.HLC.Wall().After(r.now().Add(MaxClockSkew)) {
+		err = fmt.Errorf("%w: %s", ErrFromFuture, e.Key)
+	}
+	if err != nil {
+		r.counters.reject(err)
+		r.log.Debug("rejected a pushed entry", "from", from, "err", err)
+		s.Write([]byte{0})
+		s.Close()
+		return
+	}
+	r.applyRemote([]*Signed{e})
+	s.Write([]byte{1})
+	s.Close()
+}

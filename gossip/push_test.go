@@ -1,0 +1,81 @@
+package gossip
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/host"
+)
+
+// pushRaw sends raw over the push protocol from h to the replica and
+// returns its one-byte answer (-1 for none).
+func pushRaw(t *testing.T, n *testNet, h host.Host, raw []byte) int {
+	t.Helper()
+	s, err := h.NewStream(context.Background(), n.h.ID(), PushProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Write(raw)
+	s.CloseWrite()
+	var ack [1]byte
+	if _, err := io.ReadFull(s, ack[:]); err != nil {
+		return -1
+	}
+	return int(ack[0])
+}
+
+// TestPushTakesOnlyTheSendersOwnEntries: a peer's own record is stored
+// and acknowledged; another node's entry, a forged one and one over the
+// size limit are refused and counted.
+func TestPushTakesOnlyTheSendersOwnEntries(t *testing.T) {
+	n := newTestNet(t)
+	a, b := n.peer(t), n.peer(t)
+	if got := pushRaw(t, n, a, ownRecord(t, a)); got != 1 {
+		t.Fatalf("own record: answer %d, want 1", got)
+	}
+	if _, ok := n.r.Get("nodes/" + a.ID().String()); !ok {
+		t.Fatal("own record pushed and acknowledged but not stored")
+	}
+	if got := pushRaw(t, n, b, ownRecord(t, a)); got != 0 {
+		t.Fatalf("another's record: answer %d, want 0", got)
+	}
+	if got := pushRaw(t, n, b, forged(t, b)); got != 0 {
+		t.Fatalf("forged record: answer %d, want 0", got)
+	}
+	if got := pushRaw(t, n, b, make([]byte, MaxEntrySize+1)); got != 0 {
+		t.Fatalf("oversized: answer %d, want 0", got)
+	}
+	if _, ok := n.r.Get("nodes/" + b.ID().String()); ok {
+		t.Fatal("a refused push was stored")
+	}
+	rej := n.r.Rejected()
+	if rej["malformed"]+rej["bad_signature"]+rej["bad_signer"]+rej["too_large"] < 3 {
+		t.Fatalf("refused pushes not counted: %v", rej)
+	}
+}
+
+// TestReplicaPush: Push hands a replica's own entry to a peer replica.
+func TestReplicaPush(t *testing.T) {
+	n := newTestNet(t)
+	m := &testNet{mn: n.mn}
+	h, err := n.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.start(t, h)
+	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.r.Put(context.Background(), "nodes/"+h.ID().String(), []byte(`{"name":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.r.Push(context.Background(), n.h.ID(), s); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := n.r.Get(s.Key); !ok || got.Hash != s.Hash {
+		t.Fatal("pushed entry not held by the peer")
+	}
+}

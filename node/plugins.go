@@ -470,7 +470,9 @@ func (n *Node) tribeMembers(tribe string) []peer.ID {
 		if !ok || (len(out) > 0 && out[len(out)-1] == id) {
 			continue
 		}
-		if len(n.memberVia(rules, tribe, id, via, e)) > 0 {
+		// A reaped member (gone past --reconnect-timeout, or force-left)
+		// is out of every view, fan-outs included.
+		if len(n.memberVia(rules, tribe, id, via, e)) > 0 && !n.reaped(id) {
 			out = append(out, id)
 		}
 	}

@@ -279,9 +279,8 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Warn("the open file limit is below what the connection limits may use: raise it (ulimit -n, LimitNOFILE=)",
 				"limit", have, "want", need)
 		}
-		addrs := n.cfg.listenAddrs()
-		if err := n.host.Network().Listen(addrs...); err != nil {
-			return fmt.Errorf("node: listen on %v: %w", addrs, err)
+		if err := listen(n.host.Network(), n.cfg.listenAddrs()); err != nil {
+			return err
 		}
 	}
 	if err := n.startHello(); err != nil {

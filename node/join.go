@@ -147,6 +147,10 @@ func (n *Node) dialJoin(j *join) (peer.ID, error) {
 		if id, err = learnPeerID(ctx, j.target.addr, n.key, n.psk); err != nil {
 			return "", fmt.Errorf("learning the peer ID: %w", err)
 		}
+		if old := j.peer(); old != "" && old != id {
+			// Reinstalled with a new identity: the old one is no seed.
+			n.host.ConnManager().Unprotect(old, "tribe-join")
+		}
 		if id != n.host.ID() {
 			n.host.ConnManager().Protect(id, "tribe-join")
 			n.host.Peerstore().AddAddrs(id, j.target.addrInfo(id).Addrs, peerstore.PermanentAddrTTL)

@@ -86,6 +86,7 @@ func (n *Node) Status(ctx context.Context) (api.Status, error) {
 		StateHash: fmt.Sprintf("%x", n.replica.Hash()),
 		Rejected:  n.rejected(),
 		Dropped:   n.drops.Counts(),
+		Joins:     n.joinStatus(),
 	}, nil
 }
 

@@ -31,9 +31,12 @@ type Config struct {
 	// ListenAddrs are the multiaddrs to listen on. Empty means
 	// DefaultListenAddrs (TCP only when a swarm key is set).
 	ListenAddrs []string
-	// Join are full multiaddrs (with /p2p/<peer-id>) of peers to connect to;
-	// each is dialled at start and re-dialled with backoff whenever it is
-	// not connected. A dead seed never stops the node.
+	// Join are the peers to connect to: a multiaddr with /p2p/<peer-id>, or
+	// a TCP address without one, as HOST:PORT or a /ip4, /ip6, /dns, /dns4
+	// or /dns6 multiaddr ending in /tcp/PORT, whose peer ID is learnt in
+	// the encrypted handshake (see learnPeerID). Each is dialled at start
+	// and re-dialled with backoff whenever it is not connected. A dead
+	// seed never stops the node.
 	Join []string
 	// MDNS turns on mDNS discovery on the local network.
 	MDNS bool
@@ -256,17 +259,4 @@ func (c Config) listenAddrs() []ma.Multiaddr {
 func isQUIC(a ma.Multiaddr) bool {
 	_, err := a.ValueForProtocol(ma.P_QUIC_V1)
 	return err == nil
-}
-
-// parseJoin parses a --join address, which must name the peer.
-func parseJoin(s string) (peer.AddrInfo, error) {
-	a, err := ma.NewMultiaddr(s)
-	if err != nil {
-		return peer.AddrInfo{}, fmt.Errorf("join address %q: %v", s, err)
-	}
-	ai, err := peer.AddrInfoFromP2pAddr(a)
-	if err != nil {
-		return peer.AddrInfo{}, fmt.Errorf("join address %q has no /p2p/<peer-id>: copy a full address from `tribe status` on that host", s)
-	}
-	return *ai, nil
 }

@@ -175,6 +175,7 @@ func (n *Node) badHelloSeen(p peer.ID, msg string, err error) {
 // heard records a peer's hello; a new peer of our cluster is remembered at
 // once, so a crash right after connecting still finds it again on restart.
 func (n *Node) heard(p peer.ID, h hello) {
+	n.joinHeard(p, h)
 	if !n.peers.put(p, h) {
 		return
 	}

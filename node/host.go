@@ -102,7 +102,13 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 	if err != nil {
 		return nil, fmt.Errorf("node: upgrader: %w", err)
 	}
-	tcpT, err := tcp.NewTCPTransport(upgrader, rm, nil)
+	// No SO_REUSEPORT: with it a second agent on the same port starts
+	// anyway and the kernel splits inbound connections between the two
+	// identities (diallers fail with "peer id mismatch"). Without it such a
+	// listen fails with "address in use". Reuseport's other use, dialling
+	// out from the listen port, serves NAT hole punching, which tribe does
+	// not do.
+	tcpT, err := tcp.NewTCPTransport(upgrader, rm, nil, tcp.DisableReuseport())
 	if err != nil {
 		return nil, fmt.Errorf("node: tcp: %w", err)
 	}

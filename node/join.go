@@ -2,11 +2,16 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+
+	"github.com/tribeagent/tribe/node/api"
 )
 
 // dialTimeout bounds one connection attempt.
@@ -27,35 +32,176 @@ func (n *Node) backoff(failures int) time.Duration {
 	return backoff(failures, n.cfg.BackoffMin, n.cfg.BackoffMax, n.float())
 }
 
+// join is one --join address and how it fares, for `tribe status`: an
+// operator whose seed is of another cluster, or unreachable, sees why
+// nothing happens.
+type join struct {
+	target joinTarget
+
+	mu sync.Mutex
+	st api.Join
+}
+
+func newJoin(t joinTarget) *join {
+	j := &join{target: t, st: api.Join{Addr: t.given, State: api.JoinConnecting}}
+	if t.id != "" {
+		j.st.ID = t.id.String()
+	}
+	return j
+}
+
+func (j *join) status() api.Join {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.st
+}
+
+// peer is the ID dialled last (given, or learnt), empty before.
+func (j *join) peer() peer.ID {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	id, _ := peer.Decode(j.st.ID)
+	return id
+}
+
+// set moves j to state and reports whether that is a change, so each
+// change is logged once.
+func (j *join) set(id peer.ID, state, cluster, errText string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	old := j.st
+	if id != "" {
+		j.st.ID = id.String()
+	}
+	j.st.State, j.st.Cluster, j.st.Error = state, cluster, errText
+	return old.State != state || old.ID != j.st.ID || old.Cluster != cluster
+}
+
+// connected records a new connection to id, unless its hello has been
+// heard already (it may come first).
+func (j *join) connected(id peer.ID) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.st.ID == id.String() && (j.st.State == api.JoinJoined || j.st.State == api.JoinOtherCluster) {
+		return
+	}
+	j.st.ID, j.st.State, j.st.Cluster, j.st.Error = id.String(), api.JoinConnected, "", ""
+}
+
 // keepJoined keeps a --join peer connected for the node's whole life: it
 // dials it, and dials again with backoff whenever it is not connected.
-func (n *Node) keepJoined(ai peer.AddrInfo) {
-	n.host.ConnManager().Protect(ai.ID, "tribe-join")
-	n.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+func (n *Node) keepJoined(j *join) {
+	if id := j.target.id; id != "" {
+		n.host.ConnManager().Protect(id, "tribe-join")
+		n.host.Peerstore().AddAddrs(id, j.target.addrInfo(id).Addrs, peerstore.PermanentAddrTTL)
+	}
 	// While connected, look again this often; a lost seed is re-dialled
 	// within about this time.
 	recheck := 10 * n.cfg.BackoffMin
 	failures := 0
 	for {
 		wait := recheck
-		if n.host.Network().Connectedness(ai.ID) != network.Connected {
-			if err := n.connect(ai); err != nil {
+		if id := j.peer(); id == "" || n.host.Network().Connectedness(id) != network.Connected {
+			id, err := n.dialJoin(j)
+			switch {
+			case errors.Is(err, errJoinSelf):
+				j.set(n.host.ID(), api.JoinSelf, "", "")
+				n.log.Warn("ignoring --join address of this node itself", "addr", j.target.given)
+				return
+			case err != nil:
 				failures++
+				j.set(id, api.JoinUnreachable, "", err.Error())
 				if failures == 1 {
-					n.log.Warn("join peer unreachable; retrying with backoff", "peer", ai.ID, "addrs", ai.Addrs, "err", err)
+					n.log.Warn("join peer unreachable; retrying with backoff", "addr", j.target.given, "err", err)
 				} else {
-					n.log.Debug("join peer still unreachable", "peer", ai.ID, "failures", failures, "err", err)
+					n.log.Debug("join peer still unreachable", "addr", j.target.given, "failures", failures, "err", err)
 				}
 				wait = n.backoff(failures)
-			} else {
-				n.log.Info("joined", "peer", ai.ID)
+			default:
 				failures = 0
+				j.connected(id)
+				// A reconnected peer is not greeted again: what it said
+				// last time stands.
+				if h, ok := n.peers.get(id); ok {
+					n.joinHeard(id, h)
+				}
 			}
 		}
 		if !n.sleep(wait) {
 			return
 		}
 	}
+}
+
+var errJoinSelf = errors.New("node: the join address is this node's own")
+
+// dialJoin connects to j's peer, learning its ID first when the address
+// does not name it. An address without an ID is asked again on every dial:
+// the host there may have been reinstalled with a new identity.
+func (n *Node) dialJoin(j *join) (peer.ID, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, dialTimeout)
+	defer cancel()
+	id := j.target.id
+	if id == "" {
+		var err error
+		if id, err = learnPeerID(ctx, j.target.addr, n.key, n.psk); err != nil {
+			return "", fmt.Errorf("learning the peer ID: %w", err)
+		}
+		if old := j.peer(); old != "" && old != id {
+			// Reinstalled with a new identity: the old one is no seed.
+			n.host.ConnManager().Unprotect(old, "tribe-join")
+		}
+		if id != n.host.ID() {
+			n.host.ConnManager().Protect(id, "tribe-join")
+			n.host.Peerstore().AddAddrs(id, j.target.addrInfo(id).Addrs, peerstore.PermanentAddrTTL)
+		}
+	}
+	if id == n.host.ID() {
+		return id, errJoinSelf
+	}
+	return id, n.host.Connect(ctx, j.target.addrInfo(id))
+}
+
+// joinHeard updates the --join entries of p with its hello: a peer of
+// another cluster is connected but never becomes a peer of this one, which
+// an operator must be told rather than see "joined" and then nothing.
+func (n *Node) joinHeard(p peer.ID, h hello) {
+	for _, j := range n.joins {
+		if j.peer() != p {
+			continue
+		}
+		if h.Cluster != n.cfg.Cluster {
+			if j.set(p, api.JoinOtherCluster, h.Cluster, "") {
+				n.log.Warn("join peer belongs to another cluster: connected, but not a peer of this one; check --cluster on both hosts",
+					"addr", j.target.given, "peer", p, "its_cluster", h.Cluster, "our_cluster", n.cfg.Cluster)
+			}
+			continue
+		}
+		if j.set(p, api.JoinJoined, h.Cluster, "") {
+			n.log.Info("joined", "addr", j.target.given, "peer", p, "name", h.Name)
+		}
+	}
+}
+
+// joinStatus lists how each --join address fares.
+func (n *Node) joinStatus() []api.Join {
+	var out []api.Join
+	for _, j := range n.joins {
+		out = append(out, j.status())
+	}
+	return out
+}
+
+// bootstrapPeers are the --join peers named by ID, for the DHT; the others
+// reach its routing table once connected.
+func (n *Node) bootstrapPeers() []peer.AddrInfo {
+	var out []peer.AddrInfo
+	for _, j := range n.joins {
+		if id := j.target.id; id != "" && id != n.host.ID() {
+			out = append(out, j.target.addrInfo(id))
+		}
+	}
+	return out
 }
 
 // connect dials ai with the node's dial timeout.

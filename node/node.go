@@ -93,7 +93,8 @@ type Node struct {
 	now      func() time.Time
 	host     host.Host
 	ownsHost bool // built from Config: Start opens its listeners
-	joins    []peer.AddrInfo
+	joins    []*join
+	psk      pnet.PSK // the swarm key, also for learnPeerID
 	lock     *os.File // flock on <data-dir>/lock
 	private  bool
 
@@ -188,8 +189,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))
 	}
 	for _, s := range cfg.Join {
-		ai, _ := parseJoin(s) // Validate has checked it
-		n.joins = append(n.joins, ai)
+		t, _ := parseJoin(s) // Validate has checked it
+		n.joins = append(n.joins, newJoin(t))
 	}
 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -224,6 +225,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 				return nil, err
 			}
 			n.private = true
+			n.psk = psk
 		}
 		if n.host, err = buildHost(cfg, key, psk); err != nil {
 			return nil, err
@@ -296,9 +298,8 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Warn("the open file limit is below what the connection limits may use: raise it (ulimit -n, LimitNOFILE=)",
 				"limit", have, "want", need)
 		}
-		addrs := n.cfg.listenAddrs()
-		if err := n.host.Network().Listen(addrs...); err != nil {
-			return fmt.Errorf("node: listen on %v: %w", addrs, err)
+		if err := listen(n.host.Network(), n.cfg.listenAddrs()); err != nil {
+			return err
 		}
 	}
 	if err := n.startHello(); err != nil {
@@ -336,7 +337,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.dht, err = dht.New(n.host,
 			dht.Mode(dht.ModeServer),
 			dht.ProtocolPrefix("/tribe"),
-			dht.BootstrapPeers(n.joins...),
+			dht.BootstrapPeers(n.bootstrapPeers()...),
 		)
 		if err != nil {
 			return fmt.Errorf("node: dht: %w", err)
@@ -348,12 +349,8 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("node: mdns: %w", err)
 		}
 	}
-	for _, ai := range n.joins {
-		if ai.ID == n.host.ID() {
-			n.log.Warn("ignoring --join address of this node itself", "addr", ai)
-			continue
-		}
-		n.spawn(func() { n.keepJoined(ai) })
+	for _, j := range n.joins {
+		n.spawn(func() { n.keepJoined(j) })
 	}
 	n.spawn(n.discoveryLoop)
 	n.spawn(n.saveLoop)

@@ -175,11 +175,11 @@ func TestSwarmKeyKeepsOutsidersOut(t *testing.T) {
 
 func peerAddrInfo(t *testing.T, s string) peer.AddrInfo {
 	t.Helper()
-	ai, err := parseJoin(s)
-	if err != nil {
-		t.Fatal(err)
+	j, err := parseJoin(s)
+	if err != nil || j.id == "" {
+		t.Fatalf("%s: %v", s, err)
 	}
-	return ai
+	return j.addrInfo(j.id)
 }
 
 // A damaged state store stops the node with the error that says what to

@@ -93,11 +93,13 @@ func Collect(ctx context.Context) (Facts, error) {
 	}
 	v4, v6 := addresses(ctx)
 	f["ipv4"], f["ipv6"] = toAnyList(v4), toAnyList(v6)
-	if ip := defaultRouteSource(net.IPv4zero); ip != "" {
-		f["default_ipv4"] = ip
-	}
-	if ip := defaultRouteSource(net.IPv6zero); ip != "" {
-		f["default_ipv6"] = ip
+	if r, err := netroute.New(); err == nil {
+		if ip := defaultRouteSource(r, probeIPv4); ip != "" {
+			f["default_ipv4"] = ip
+		}
+		if ip := defaultRouteSource(r, probeIPv6); ip != "" {
+			f["default_ipv6"] = ip
+		}
 	}
 	if h, ok := f["hostname"].(string); ok {
 		f["fqdn"] = fqdn(h, "/etc/hosts")
@@ -185,14 +187,25 @@ func addresses(ctx context.Context) (v4, v6 []string) {
 	return v4, v6
 }
 
-// defaultRouteSource is the source address the kernel picks for the
-// default route: a routing-table lookup, no packet is sent.
-func defaultRouteSource(any net.IP) string {
-	r, err := netroute.New()
-	if err != nil {
-		return ""
-	}
-	_, _, src, err := r.Route(any)
+// The routing table is asked for the route to a public address, which
+// only the default route covers on a host without more specific routes;
+// netroute refuses an unspecified destination (0.0.0.0, ::) outright. The
+// lookup sends no packet: these addresses are never contacted.
+var (
+	probeIPv4 = net.IPv4(8, 8, 8, 8)
+	probeIPv6 = net.ParseIP("2001:4860:4860::8888")
+)
+
+// router is the part of netroute's Router that facts use.
+type router interface {
+	Route(dst net.IP) (iface *net.Interface, gateway, preferredSrc net.IP, err error)
+}
+
+// defaultRouteSource is the source address the kernel picks for traffic
+// to probe: a routing-table lookup, no packet is sent. It is empty when no
+// route covers probe (no default route for that family).
+func defaultRouteSource(r router, probe net.IP) string {
+	_, _, src, err := r.Route(probe)
 	if err != nil || src == nil || src.IsUnspecified() {
 		return ""
 	}

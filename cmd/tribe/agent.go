@@ -28,7 +28,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "the node's name (default: the host name)"},
 			&cli.StringSliceFlag{Name: "listen", Usage: "multiaddr to listen on, repeatable (default: /ip4/0.0.0.0/tcp/4001 and /ip4/0.0.0.0/udp/4001/quic-v1; port 0 picks a free port)"},
-			&cli.StringSliceFlag{Name: "join", Usage: "full multiaddr of a peer to join, with /p2p/<peer-id>, repeatable; retried with backoff until connected"},
+			&cli.StringSliceFlag{Name: "join", Usage: "peer to join: HOST:PORT (TCP; the peer ID is learnt in the handshake) or a multiaddr from `tribe status` on that host, repeatable; retried with backoff until connected"},
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},

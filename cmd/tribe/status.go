@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/tribeagent/tribe/node/api"
 )
 
 func statusCommand() *cli.Command {
@@ -50,6 +52,9 @@ func statusCommand() *cli.Command {
 			}
 			if c := nonZero(s.Dropped); c != "" {
 				fmt.Fprintf(tw, "dropped under load\t%s\n", c)
+			}
+			for _, j := range s.Joins {
+				fmt.Fprintf(tw, "join %s\t%s\n", j.Addr, joinText(j))
 			}
 			fmt.Fprintf(tw, "uptime\t%s\n", s.Uptime.Round(time.Second))
 			fmt.Fprintf(tw, "data dir\t%s\n", s.DataDir)
@@ -122,4 +127,19 @@ func nonZero(counts map[string]int64) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, ", ")
+}
+
+// joinText says how a --join address fares, and what to do if it fails.
+func joinText(j api.Join) string {
+	switch j.State {
+	case api.JoinJoined:
+		return "joined " + j.ID
+	case api.JoinOtherCluster:
+		return fmt.Sprintf("peer %s belongs to cluster %q, not this one: check --cluster on both hosts", j.ID, j.Cluster)
+	case api.JoinUnreachable:
+		return "unreachable, retrying: " + j.Error
+	case api.JoinSelf:
+		return "this node's own address: ignored"
+	}
+	return j.State
 }

@@ -211,6 +211,8 @@ type Status struct {
 	// delivered by another path or repaired by anti-entropy; a growing
 	// count means an overloaded node.
 	Dropped map[string]int64 `json:"dropped"`
+	// Joins is how each --join address fares, in the order given.
+	Joins []Join `json:"joins,omitempty"`
 }
 
 // Node is one node of the fleet, from its replicated record.

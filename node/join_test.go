@@ -1,0 +1,143 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tribeagent/tribe/keys"
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// lockedBuffer collects logs written from the node's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// joinOf is n's status of its only --join address.
+func joinOf(t *testing.T, n *Node) api.Join {
+	t.Helper()
+	st, err := n.Status(context.Background())
+	if err != nil || len(st.Joins) != 1 {
+		t.Fatalf("status joins: %+v, %v", st.Joins, err)
+	}
+	return st.Joins[0]
+}
+
+// tcpHostPort is n's TCP listen address as HOST:PORT.
+func tcpHostPort(t *testing.T, n *Node) string {
+	t.Helper()
+	tcp, _ := listenPorts(t, n)
+	return net.JoinHostPort("127.0.0.1", tcp)
+}
+
+func TestJoinByHostPortLearnsThePeerID(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	hostPort := tcpHostPort(t, a)
+	_, port, _ := net.SplitHostPort(hostPort)
+	for _, addr := range []string{hostPort, "localhost:" + port, "/ip4/127.0.0.1/tcp/" + port, "/dns4/localhost/tcp/" + port} {
+		t.Run(addr, func(t *testing.T) {
+			c := loopbackConfig(t, "b")
+			c.Join = []string{addr}
+			b := startNode(t, c)
+			waitFor(t, "b to join a by "+addr, func() bool { return joinOf(t, b).State == api.JoinJoined })
+			if j := joinOf(t, b); j.ID != a.ID().String() || j.Addr != addr || j.Cluster != "tribe" || j.Error != "" {
+				t.Fatalf("join status: %+v, want a's ID %s", j, a.ID())
+			}
+			if peers := b.ConnectedPeers(); len(peers) != 1 || peers[0] != a.ID() {
+				t.Fatalf("b's peers: %v", peers)
+			}
+		})
+	}
+}
+
+func TestJoinOfAnotherClusterIsReported(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	logs := &lockedBuffer{}
+	c := loopbackConfig(t, "b")
+	c.Cluster = "other"
+	c.Join = []string{tcpAddr(a)}
+	b := startNodeDeps(t, c, Deps{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	waitFor(t, "b to find a is of another cluster", func() bool { return joinOf(t, b).State == api.JoinOtherCluster })
+	if j := joinOf(t, b); j.Cluster != "tribe" || j.ID != a.ID().String() {
+		t.Fatalf("join status: %+v", j)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "join peer belongs to another cluster") || !strings.Contains(out, "its_cluster=tribe") {
+		t.Fatalf("no warning that the join peer is of another cluster:\n%s", out)
+	}
+	if strings.Contains(out, `msg=joined`) {
+		t.Fatalf("says joined to a peer of another cluster:\n%s", out)
+	}
+}
+
+func TestJoinByHostPortWithASwarmKey(t *testing.T) {
+	dir := t.TempDir()
+	writeKey := func(name string, b byte) string {
+		k := [32]byte{b}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, keys.FormatSwarmKey(k), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	fleetKey, otherKey := writeKey("fleet.key", 1), writeKey("other.key", 2)
+	private := func(name, key, join string) Config {
+		c := loopbackConfig(t, name)
+		c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
+		c.SwarmKeyFile = key
+		if join != "" {
+			c.Join = []string{join}
+		}
+		return c
+	}
+	a := startNode(t, private("a", fleetKey, ""))
+	join := tcpHostPort(t, a)
+	b := startNode(t, private("b", fleetKey, join))
+	waitFor(t, "b to join a over the private network", func() bool { return joinOf(t, b).State == api.JoinJoined })
+
+	for _, key := range []string{otherKey, ""} {
+		n := startNode(t, private("outsider", key, join))
+		waitFor(t, "the outsider's join to fail", func() bool { return joinOf(t, n).State == api.JoinUnreachable })
+		if j := joinOf(t, n); !strings.Contains(j.Error, "another swarm key") || j.ID != "" {
+			t.Fatalf("outsider with key %q: %+v", key, j)
+		}
+		n.Close()
+	}
+}
+
+func TestJoinOfItselfIsIgnored(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c := loopbackConfig(t, "a")
+	c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/" + strings.Split(addr, ":")[1]}
+	c.Join = []string{addr} // the same join list on every host, the seed's included
+	a := startNode(t, c)
+	waitFor(t, "a to see the join address is its own", func() bool { return joinOf(t, a).State == api.JoinSelf })
+	if j := joinOf(t, a); j.ID != a.ID().String() {
+		t.Fatalf("join status: %+v", j)
+	}
+}

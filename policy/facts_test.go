@@ -1,0 +1,99 @@
+package policy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// refusingRouter behaves like netroute on the destinations it is asked
+// about: it refuses an unspecified one and answers anything else with src.
+type refusingRouter struct {
+	src   net.IP
+	asked []net.IP
+}
+
+func (r *refusingRouter) Route(dst net.IP) (*net.Interface, net.IP, net.IP, error) {
+	r.asked = append(r.asked, dst)
+	if dst.IsUnspecified() {
+		return nil, nil, nil, errors.New("destination IP must be specified")
+	}
+	return nil, nil, r.src, nil
+}
+
+func TestDefaultRouteProbesAPublicAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		probe net.IP
+		v4    bool
+		src   string
+	}{
+		{"ipv4", probeIPv4, true, "192.0.2.2"},
+		{"ipv6", probeIPv6, false, "fd00::2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.probe.IsUnspecified() || !tc.probe.IsGlobalUnicast() || tc.probe.IsPrivate() {
+				t.Fatalf("probe %v is not a public unicast address: only the default route covers one", tc.probe)
+			}
+			if (tc.probe.To4() != nil) != tc.v4 {
+				t.Fatalf("probe %v is of the wrong family", tc.probe)
+			}
+			r := &refusingRouter{src: net.ParseIP(tc.src)}
+			if got := defaultRouteSource(r, tc.probe); got != tc.src {
+				t.Errorf("defaultRouteSource = %q, want %q (asked %v)", got, tc.src, r.asked)
+			}
+		})
+	}
+	// No route for the family, or an unspecified source: no fact.
+	if got := defaultRouteSource(&refusingRouter{}, net.IPv4zero); got != "" {
+		t.Errorf("refused lookup gave %q", got)
+	}
+	if got := defaultRouteSource(&refusingRouter{src: net.IPv4zero}, probeIPv4); got != "" {
+		t.Errorf("unspecified source gave %q", got)
+	}
+}
+
+// TestCollectDefaultIPv4 checks the real lookup on this host, told apart
+// from netroute by reading the kernel's table directly.
+func TestCollectDefaultIPv4(t *testing.T) {
+	if !hasDefaultIPv4Route(t) {
+		t.Skip("this host has no IPv4 default route: default_ipv4 is rightly unset")
+	}
+	f, _ := Collect(context.Background())
+	ip, _ := f["default_ipv4"].(string)
+	if net.ParseIP(ip).To4() == nil {
+		t.Fatalf("host has an IPv4 default route but default_ipv4 = %#v", f["default_ipv4"])
+	}
+	found := false
+	for _, a := range f["ipv4"].([]any) {
+		found = found || a == ip
+	}
+	if !found {
+		t.Errorf("default_ipv4 %s is not among the host's ipv4 %v", ip, f["ipv4"])
+	}
+}
+
+func hasDefaultIPv4Route(t *testing.T) bool {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/net/route to know whether the host has a default route")
+	}
+	file, err := os.Open("/proc/net/route")
+	if err != nil {
+		t.Skipf("cannot read the routing table: %v", err)
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		// Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+		f := strings.Fields(sc.Text())
+		if len(f) >= 8 && f[1] == "00000000" && f[7] == "00000000" {
+			return true
+		}
+	}
+	return false
+}

@@ -187,14 +187,15 @@ func TestForceLeaveByNameTakesTheGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := web()
-	waitFor(t, "admin to see the old web dead, the new one alive", func() bool {
-		return admin.liveness(old.ID()) == Dead && admin.liveness(fresh.ID()) == Alive
+	waitFor(t, "admin to see the old web dead, the new one alive with its record", func() bool {
+		_, known := admin.nodeNamed(fresh.ID())
+		return known && admin.liveness(old.ID()) == Dead && admin.liveness(fresh.ID()) == Alive
 	})
 	res, err := admin.ForceLeave(ctx, []string{"web"})
 	if err != nil || len(res) != 1 || res[0].ID != old.ID().String() {
 		t.Fatalf("force-leave web: %+v, %v; want the old one only", res, err)
 	}
 	if listed(t, admin, old.ID()) || !listed(t, admin, fresh.ID()) {
-		t.Fatal("force-leave by name took the wrong node")
+		t.Fatalf("force-leave by name took the wrong node: old listed %v (%s), fresh listed %v (%s)", listed(t, admin, old.ID()), admin.liveness(old.ID()), listed(t, admin, fresh.ID()), admin.liveness(fresh.ID()))
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -102,6 +103,11 @@ type Config struct {
 	FileMaxBytes int64
 	// CallParallel bounds how many calls one `tribe call` has in flight.
 	CallParallel int
+
+	// MetricsAddr, when set, is the TCP HOST:PORT where Run serves
+	// Prometheus metrics (/metrics) and a health check (/healthz); port 0
+	// picks a free port (see Node.MetricsAddr). Empty: off.
+	MetricsAddr string
 }
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.
@@ -204,6 +210,11 @@ func (c Config) Validate() error {
 	}
 	if c.CallParallel < 1 {
 		bad("call parallelism must be at least 1, not %d", c.CallParallel)
+	}
+	if c.MetricsAddr != "" {
+		if err := metrics.CheckAddr(c.MetricsAddr); err != nil {
+			bad("%v", err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("node: invalid config: %w", err)

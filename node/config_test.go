@@ -53,6 +53,9 @@ func TestValidate(t *testing.T) {
 		{"backoff order", func(c *Config) { c.BackoffMax = c.BackoffMin / 2 }, "maximum backoff"},
 		{"zero interval", func(c *Config) { c.DiscoveryInterval = 0 }, "discovery interval"},
 		{"negative file cap", func(c *Config) { c.FileMaxBytes = -1 }, "file plugin size cap"},
+		{"metrics address without a port", func(c *Config) { c.MetricsAddr = "9464" }, "metrics address \"9464\": want HOST:PORT"},
+		{"metrics port not a number", func(c *Config) { c.MetricsAddr = "127.0.0.1:http" }, "port \"http\" is not a number"},
+		{"metrics address", func(c *Config) { c.MetricsAddr = "127.0.0.1:0" }, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,12 +127,13 @@ func TestBackoff(t *testing.T) {
 func TestLoadConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tribe.yaml")
-	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\n"), 0o600)
+	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\nmetrics_addr: 127.0.0.1:9464\n"), 0o600)
 	c := validConfig()
 	if err := LoadConfigFile(path, &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Name != "web-1" || c.Cluster != "prod" || c.MDNS || len(c.Join) != 1 || c.TargetPeers != 4 || c.FileMaxBytes != 1000 {
+	if c.Name != "web-1" || c.Cluster != "prod" || c.MDNS || len(c.Join) != 1 || c.TargetPeers != 4 || c.FileMaxBytes != 1000 ||
+		c.MetricsAddr != "127.0.0.1:9464" {
 		t.Fatalf("config file not applied: %+v", c)
 	}
 	if c.ListenAddrs != nil {

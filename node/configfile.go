@@ -32,6 +32,7 @@ type FileConfig struct {
 	} `yaml:"exec"`
 	FileDir      *string `yaml:"file_dir"`
 	FileMaxBytes *int64  `yaml:"file_max_bytes"`
+	MetricsAddr  *string `yaml:"metrics_addr"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -68,6 +69,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	}
 	set(&cfg.FileDir, f.FileDir)
 	set(&cfg.FileMaxBytes, f.FileMaxBytes)
+	set(&cfg.MetricsAddr, f.MetricsAddr)
 	return nil
 }
 

@@ -23,6 +23,7 @@
 //	policies.go   facts refresh, policies, and this node's policy memberships
 //	plugins.go    plugins loaded per tribe, who may call them, tribe call fan-out
 //	agent.go      Run: a node plus the control API (node/api)
+//	metrics.go    what node/api/metrics reads at scrape time, and /healthz
 package node
 
 import (
@@ -52,6 +53,7 @@ import (
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/keys"
+	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -123,6 +125,9 @@ type Node struct {
 	calls    *plugins.Server
 	names    sync.Map // peer.ID -> cachedName (tribes.go)
 	auth     authState
+
+	metrics     *metrics.Metrics       // nil unless Config.MetricsAddr is set
+	metricsAddr atomic.Pointer[string] // where Run serves them, once it does
 
 	started   time.Time
 	ctx       context.Context
@@ -214,7 +219,12 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.ownsHost = true
 	}
 	n.log = n.log.With("node", cfg.Name)
-	n.calls = plugins.NewServer(n.host, n, n.log)
+	var callOpts []plugins.ServerOption
+	if cfg.MetricsAddr != "" {
+		n.metrics = metrics.New(metricsSource{n})
+		callOpts = append(callOpts, servedOption(n.metrics))
+	}
+	n.calls = plugins.NewServer(n.host, n, n.log, callOpts...)
 	defer func() {
 		if err != nil && n.ownsHost {
 			n.host.Close()

@@ -32,7 +32,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes, metrics_addr"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
 			&cli.StringFlag{Name: "facts-file", Usage: "YAML or JSON file of user facts (nested values allowed), read again on SIGHUP"},
@@ -42,6 +42,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.BoolFlag{Name: "exec-any", Usage: "let callers run any command line through the exec plugin, not only the defined ones: a remote shell for every trusted writer and tribe member"},
 			&cli.StringFlag{Name: "file-dir", Usage: "where the file plugin writes (default: <data-dir>/files)"},
 			&cli.Int64Flag{Name: "file-max-bytes", Usage: "cap on each file the file plugin writes, beyond which publish is refused; a tribe's max_bytes only lowers it", DefaultText: "64 MiB"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics (/metrics) and a health check (/healthz) on this TCP HOST:PORT, e.g. 127.0.0.1:9464; port 0 picks a free port (tribe status shows it); off by default"},
 		},
 		Action: runAgent,
 	}
@@ -159,6 +160,9 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.IsSet("file-max-bytes") {
 		cfg.FileMaxBytes = c.Int64("file-max-bytes")
+	}
+	if c.IsSet("metrics-addr") {
+		cfg.MetricsAddr = c.String("metrics-addr")
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "node: "))}

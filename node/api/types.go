@@ -187,6 +187,10 @@ type Status struct {
 	// delivered by another path or repaired by anti-entropy; a growing
 	// count means an overloaded node.
 	Dropped map[string]int64 `json:"dropped"`
+
+	// MetricsAddr is where Prometheus metrics (/metrics) and the health
+	// check (/healthz) are served, with the port picked; empty when off.
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 }
 
 // Node is one node of the fleet, from its replicated record.

@@ -49,6 +49,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
@@ -223,6 +224,12 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	if cfg.MetricsAddr != "" {
 		n.metrics = metrics.New(metricsSource{n})
 		callOpts = append(callOpts, servedOption(n.metrics))
+		if n.ownsHost {
+			// The resource manager of the host buildHost made keeps its
+			// stats whether or not anyone reads them (they are
+			// process-wide): exporting them costs nothing more.
+			rcmgr.MustRegisterWith(n.metrics.Registry())
+		}
 	}
 	n.calls = plugins.NewServer(n.host, n, n.log, callOpts...)
 	defer func() {

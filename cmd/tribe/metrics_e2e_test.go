@@ -106,8 +106,10 @@ func TestMetricsEndToEnd(t *testing.T) {
 			t.Fatalf("tribe_rejected_total{reason=%s} before any refusal: %v %v, want 0", reason, v, ok)
 		}
 	}
-	if _, ok := fams["process_resident_memory_bytes"]; !ok {
-		t.Error("no process metrics")
+	for _, name := range []string{"process_resident_memory_bytes", "go_goroutines", "libp2p_rcmgr_connections"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("no %s: the process, Go or libp2p resource manager metrics are missing", name)
+		}
 	}
 
 	// A rogue libp2p peer publishes garbage and another node's record.

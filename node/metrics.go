@@ -33,6 +33,21 @@ func servedOption(m *metrics.Metrics) plugins.ServerOption {
 	})
 }
 
+// observeCall records one target's answer to a call this node made.
+func (n *Node) observeCall(r plugins.Response, d time.Duration) {
+	if n.metrics == nil {
+		return
+	}
+	code := r.Code
+	switch {
+	case r.OK:
+		code = ""
+	case !code.Known():
+		code = "other"
+	}
+	n.metrics.Called(string(code), d)
+}
+
 // Snapshot implements metrics.Source. Every label value the node can
 // report is present, at zero if need be, so that alerts on a rate or a
 // ratio find the series.

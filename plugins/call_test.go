@@ -422,3 +422,17 @@ func TestResultThatIsNotJSONFailsTheCall(t *testing.T) {
 		t.Fatalf("got %+v", r)
 	}
 }
+
+func TestCodeKnown(t *testing.T) {
+	for _, c := range []Code{CodeBadRequest, CodeTooLarge, CodeUnauthorized, CodeNotLoaded, CodeUnknownMethod, CodeBusy,
+		CodeTimeout, CodeCanceled, CodeFailed, CodeUnreachable, CodeGone, CodeBadResponse} {
+		if !c.Known() {
+			t.Errorf("%s is not Known", c)
+		}
+	}
+	for _, c := range []Code{"", "ok", "made_up", "BUSY"} {
+		if c.Known() {
+			t.Errorf("%q is Known", c)
+		}
+	}
+}

@@ -140,6 +140,9 @@ func TestMetricsEndToEnd(t *testing.T) {
 	if v, _ := series(fams, "tribe_call_served_duration_seconds", "plugin", "echo", "code", "ok"); v != 1 {
 		t.Errorf("tribe_call_served_duration_seconds{plugin=echo,code=ok} count = %v, want 1", v)
 	}
+	if v, _ := series(fams, "tribe_call_duration_seconds", "code", "ok"); v != 1 {
+		t.Errorf("tribe_call_duration_seconds{code=ok} count = %v, want 1", v)
+	}
 	if v, _ := series(fams, "tribe_plugins", "state", "loaded"); v != 1 {
 		t.Errorf("tribe_plugins{state=loaded} = %v, want 1", v)
 	}

@@ -96,6 +96,7 @@ var ServedBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 type Metrics struct {
 	reg    *prometheus.Registry
 	served *prometheus.HistogramVec
+	called *prometheus.HistogramVec
 }
 
 // New builds the registry: the collector over src, Go's runtime
@@ -108,8 +109,13 @@ func New(src Source) *Metrics {
 			Help:    "Plugin calls this node ran, by plugin and outcome (ok or the failure's code), and how long they took. Calls refused before running are in tribe_rejected_total as call_<code>.",
 			Buckets: ServedBuckets,
 		}, []string{"plugin", "code"}),
+		called: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tribe_call_duration_seconds",
+			Help:    "Calls this node made (tribe call), one per target: from the start of the fan-out to that target's answer, by outcome (ok or the failure's code: timeout, gone, unreachable, unauthorized, ...).",
+			Buckets: ServedBuckets,
+		}, []string{"code"}),
 	}
-	m.reg.MustRegister(newCollector(src), m.served,
+	m.reg.MustRegister(newCollector(src), m.served, m.called,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -126,4 +132,14 @@ func (m *Metrics) Served(plugin, code string, d time.Duration) {
 		code = "ok"
 	}
 	m.served.WithLabelValues(plugin, code).Observe(d.Seconds())
+}
+
+// Called records one target's answer to a call this node made: code is
+// empty for ok, else one of a small known set (the node maps codes it
+// does not know to "other": a callee chooses them).
+func (m *Metrics) Called(code string, d time.Duration) {
+	if code == "" {
+		code = "ok"
+	}
+	m.called.WithLabelValues(code).Observe(d.Seconds())
 }

@@ -189,6 +189,14 @@ func TestServedHistogram(t *testing.T) {
 	if got := value(t, fams, name, map[string]string{"plugin": "exec", "code": "timeout"}); got != 1 {
 		t.Errorf("exec timeout calls = %v, want 1", got)
 	}
+	m.Called("", time.Millisecond)
+	m.Called("gone", 6*time.Second)
+	fams = scrape(t, m.Handler(src, quiet))
+	for _, code := range []string{"ok", "gone"} {
+		if got := value(t, fams, "tribe_call_duration_seconds", map[string]string{"code": code}); got != 1 {
+			t.Errorf("calls made, %s: %v, want 1", code, got)
+		}
+	}
 	// The 300 µs echo is under the first bound, the 2 ms one is not.
 	for _, met := range fams[name].GetMetric() {
 		if met.GetLabel()[0].GetValue() != "ok" {

@@ -77,6 +77,7 @@ type Replica struct {
 	// by pubsub, so they spread beyond it (see onTopicJoin).
 	unsent   map[string]*Signed
 	counters counters
+	pulls    syncTotals // what SyncWith did, for metrics
 
 	// Guards of the sync protocol (syncguard.go).
 	penalties cooldown

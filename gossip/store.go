@@ -250,6 +250,22 @@ func (s *Store) Size() (int64, error) {
 	return n, err
 }
 
+// Check reports whether the store answers: a read transaction opens and
+// finds the entries. It is cheap (no page is read past the root), for
+// health checks.
+func (s *Store) Check() error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(entriesBucket) == nil {
+			return errors.New("no entries bucket")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("gossip: state store %s: %w", s.path, err)
+	}
+	return nil
+}
+
 // Close closes the store.
 func (s *Store) Close() error { return s.db.Close() }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -30,6 +31,43 @@ type SyncStats struct {
 	// Disagreed counts entries skipped as not for this node (see
 	// disagreement).
 	Disagreed int
+}
+
+// SyncTotals adds up this replica's pulls since it started: how many were
+// made and failed, and the SyncStats of all of them (a failed pull counts
+// what it did before it failed).
+type SyncTotals struct {
+	Pulls, Failed                        int64
+	Rounds, Sent, Recv, Fetched, Applied int64
+}
+
+// syncTotals is SyncTotals behind a lock: a pull adds to it once, at its
+// end.
+type syncTotals struct {
+	mu sync.Mutex
+	t  SyncTotals
+}
+
+func (s *syncTotals) add(st SyncStats, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t.Pulls++
+	if err != nil {
+		s.t.Failed++
+	}
+	s.t.Rounds += int64(st.Rounds)
+	s.t.Sent += int64(st.Sent)
+	s.t.Recv += int64(st.Recv)
+	s.t.Fetched += int64(st.Fetched)
+	s.t.Applied += int64(st.Applied)
+}
+
+// SyncTotals returns the totals of this replica's pulls. Safe for
+// concurrent use.
+func (r *Replica) SyncTotals() SyncTotals {
+	r.pulls.mu.Lock()
+	defer r.pulls.mu.Unlock()
+	return r.pulls.t
 }
 
 // ErrPenalised is a pull not made because the peer is in its sync
@@ -100,11 +138,11 @@ func (r *Replica) serveSync(s network.Stream) {
 // SyncWith pulls from p everything this replica lacks. A pull stops at the
 // first thing p sends that the protocol does not allow (see refuseSync),
 // and a penalised p is not pulled from (ErrPenalised).
-func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (SyncStats, error) {
-	var st SyncStats
+func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (st SyncStats, err error) {
 	if r.Penalised(p) {
 		return st, fmt.Errorf("gossip: sync with %s: %w", p, ErrPenalised)
 	}
+	defer func() { r.pulls.add(st, err) }()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.SyncTimeout)
 	defer cancel()
 	s, err := r.h.NewStream(ctx, p, SyncProtocol)

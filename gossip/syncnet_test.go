@@ -443,6 +443,10 @@ func TestSyncRogueResponder(t *testing.T) {
 			if got := rg.opens.Load(); got != wantOpens {
 				t.Errorf("the rogue saw %d streams, want %d", got, wantOpens)
 			}
+			// A pull not made (penalised) is not counted as one.
+			if tot := n.r.SyncTotals(); tot.Pulls != int64(wantOpens) || tot.Failed != tot.Pulls {
+				t.Errorf("SyncTotals %+v: want %d pulls, all failed", tot, wantOpens)
+			}
 		})
 	}
 }
@@ -689,6 +693,11 @@ func TestSyncSkipsWhatAnHonestPeerMayHold(t *testing.T) {
 		t.Fatalf("pull: %v after %d skipped, want errDisagreed after %d", err, st.Disagreed, maxDisagreements)
 	}
 	wantRejected(t, n.r, map[string]int64{"from_future": maxDisagreements + 1})
+	want := SyncTotals{Pulls: 1, Failed: 1, Rounds: int64(st.Rounds), Sent: int64(st.Sent), Recv: int64(st.Recv),
+		Fetched: int64(st.Fetched), Applied: int64(st.Applied)}
+	if got := n.r.SyncTotals(); got != want || got.Recv == 0 || got.Fetched == 0 {
+		t.Errorf("SyncTotals %+v, want the pull's own stats %+v, bytes and entries received", got, want)
+	}
 	if n.r.Penalised(rg.ID()) {
 		t.Fatal("a peer was penalised for entries an honest peer may hold")
 	}

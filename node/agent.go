@@ -15,6 +15,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/node/api/metrics"
 )
 
 // shutdownTimeout bounds how long Run waits for API calls in flight.
@@ -32,11 +33,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 	if err := n.Start(ctx); err != nil {
 		return errors.Join(err, n.Close())
 	}
+	msrv, err := n.serveMetrics(log)
+	if err != nil {
+		return errors.Join(err, n.Close())
+	}
 	var srv *api.Server
 	if cfg.API {
 		srv, err = api.Listen(filepath.Join(cfg.DataDir, api.SocketName), n, log)
 		if err != nil {
-			return errors.Join(err, n.Close())
+			return errors.Join(err, shutdownMetrics(msrv), n.Close())
 		}
 		log.Info("agent ready", "socket", srv.Path(), "id", n.ID())
 	}
@@ -55,7 +60,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 		errs = append(errs, srv.Shutdown(sctx))
 		cancel()
 	}
-	errs = append(errs, n.Close())
+	errs = append(errs, shutdownMetrics(msrv), n.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("node: shutdown: %w", err)
 	}
@@ -87,6 +92,8 @@ func (n *Node) Status(ctx context.Context) (api.Status, error) {
 		Rejected:  n.rejected(),
 		Dropped:   n.drops.Counts(),
 		Joins:     n.joinStatus(),
+
+		MetricsAddr: n.MetricsAddr(),
 	}, nil
 }
 
@@ -152,4 +159,38 @@ func p2pAddrs(id peer.ID, addrs []ma.Multiaddr) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// serveMetrics serves the node's metrics and health check on
+// Config.MetricsAddr, if it is set (nil server otherwise).
+func (n *Node) serveMetrics(log *slog.Logger) (*metrics.Server, error) {
+	if n.metrics == nil {
+		return nil, nil
+	}
+	srv, err := metrics.Listen(n.cfg.MetricsAddr, n.metrics.Handler(metricsSource{n}, log), log)
+	if err != nil {
+		return nil, err
+	}
+	addr := srv.Addr()
+	n.metricsAddr.Store(&addr)
+	log.Info("serving metrics", "addr", addr, "metrics", "http://"+addr+"/metrics", "health", "http://"+addr+"/healthz")
+	return srv, nil
+}
+
+func shutdownMetrics(srv *metrics.Server) error {
+	if srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return srv.Shutdown(ctx)
+}
+
+// MetricsAddr is the TCP address the metrics are served on (the port
+// picked, for port 0), or "" when they are not.
+func (n *Node) MetricsAddr() string {
+	if p := n.metricsAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }

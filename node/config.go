@@ -12,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -120,6 +121,10 @@ type Config struct {
 	// NewLogger; the node logs through the logger it is given. Empty means
 	// info and text.
 	LogLevel, LogFormat string
+	// MetricsAddr, when set, is the TCP HOST:PORT where Run serves
+	// Prometheus metrics (/metrics) and a health check (/healthz); port 0
+	// picks a free port (see Node.MetricsAddr). Empty: off.
+	MetricsAddr string
 }
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.
@@ -229,6 +234,11 @@ func (c Config) Validate() error {
 	}
 	if c.CallParallel < 1 {
 		bad("call parallelism must be at least 1, not %d", c.CallParallel)
+	}
+	if c.MetricsAddr != "" {
+		if err := metrics.CheckAddr(c.MetricsAddr); err != nil {
+			bad("%v", err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("node: invalid config: %w", err)

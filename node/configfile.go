@@ -37,6 +37,7 @@ type FileConfig struct {
 	LogFormat    *string `yaml:"log_format"`
 	// ReconnectTimeout is a Go duration ("72h", "30m").
 	ReconnectTimeout *time.Duration `yaml:"reconnect_timeout"`
+	MetricsAddr      *string        `yaml:"metrics_addr"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -76,6 +77,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	set(&cfg.LogLevel, f.LogLevel)
 	set(&cfg.LogFormat, f.LogFormat)
 	set(&cfg.ReconnectTimeout, f.ReconnectTimeout)
+	set(&cfg.MetricsAddr, f.MetricsAddr)
 	return nil
 }
 

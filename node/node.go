@@ -26,6 +26,7 @@
 //	plugins.go    plugins loaded per tribe, who may call them, tribe call fan-out
 //	events.go     the event stream of `tribe watch` (package node/api/events)
 //	agent.go      Run: a node plus the control API (node/api)
+//	metrics.go    what node/api/metrics reads at scrape time, and /healthz
 package node
 
 import (
@@ -51,11 +52,13 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api/events"
+	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -140,6 +143,9 @@ type Node struct {
 	leaveReq  chan struct{} // closed by LeaveCluster: Run stops
 	leaveOnce sync.Once
 	refute    chan struct{} // a force-leave of this node arrived
+
+	metrics     *metrics.Metrics       // nil unless Config.MetricsAddr is set
+	metricsAddr atomic.Pointer[string] // where Run serves them, once it does
 
 	started   time.Time
 	ctx       context.Context
@@ -233,7 +239,18 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.ownsHost = true
 	}
 	n.log = n.log.With("node", cfg.Name)
-	n.calls = plugins.NewServer(n.host, n, n.log)
+	var callOpts []plugins.ServerOption
+	if cfg.MetricsAddr != "" {
+		n.metrics = metrics.New(metricsSource{n})
+		callOpts = append(callOpts, servedOption(n.metrics))
+		if n.ownsHost {
+			// The resource manager of the host buildHost made keeps its
+			// stats whether or not anyone reads them (they are
+			// process-wide): exporting them costs nothing more.
+			rcmgr.MustRegisterWith(n.metrics.Registry())
+		}
+	}
+	n.calls = plugins.NewServer(n.host, n, n.log, callOpts...)
 	defer func() {
 		if err != nil && n.ownsHost {
 			n.host.Close()

@@ -509,6 +509,7 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 	}, func(t callTarget, r plugins.Response) {
 		res := api.CallResult{ID: t.id.String(), Name: t.name, Tribe: t.tribe, OK: r.OK, Result: r.Result,
 			Error: r.Error, Code: string(r.Code), MS: msSince(n.now(), start)}
+		n.observeCall(r, n.now().Sub(start))
 		switch {
 		case r.OK:
 			sum.Answered++

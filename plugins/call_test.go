@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,6 +119,42 @@ func TestCallEcho(t *testing.T) {
 	resp := p.call(context.Background(), Request{ID: "1", Plugin: "echo", Method: "echo", Args: json.RawMessage(`{"x":[1,2]}`)})
 	if !resp.OK || string(resp.Result) != `{"x":[1,2]}` || resp.ID != "1" {
 		t.Fatalf("echo: %+v", resp)
+	}
+}
+
+// TestServedReportsCallsRun: WithServed hears of every call a plugin ran,
+// with its outcome, and never of a refused one (whose plugin name is the
+// caller's to make up).
+func TestServedReportsCallsRun(t *testing.T) {
+	type served struct {
+		plugin string
+		code   Code
+	}
+	var mu sync.Mutex
+	var got []served
+	reg := Builtins(Env{})
+	echo, err := reg.Load("echo", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := peer.ID("caller")
+	auth := &tableAuth{allowed: map[peer.ID]bool{caller: true}, instances: map[string]*Instance{"echo": echo}}
+	s := NewServer(nil, auth, slog.New(slog.DiscardHandler), WithServed(func(plugin string, code Code, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d < 0 {
+			t.Errorf("served %s with duration %v", plugin, d)
+		}
+		got = append(got, served{plugin, code})
+	}))
+	ctx := context.Background()
+	s.Serve(ctx, caller, Request{Plugin: "echo", Method: "echo"})
+	s.Serve(ctx, caller, Request{Plugin: "echo", Method: "nope"})
+	s.Serve(ctx, caller, Request{Plugin: "made-up", Method: "echo"})
+	s.Serve(ctx, peer.ID("stranger"), Request{Plugin: "echo", Method: "echo"})
+	want := []served{{"echo", ""}, {"echo", CodeUnknownMethod}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
 	}
 }
 
@@ -383,5 +420,19 @@ func TestResultThatIsNotJSONFailsTheCall(t *testing.T) {
 	r := p.call(context.Background(), Request{Plugin: "bad", Method: "x"})
 	if r.OK || r.Code != CodeFailed || !strings.Contains(r.Error, "not JSON") {
 		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestCodeKnown(t *testing.T) {
+	for _, c := range []Code{CodeBadRequest, CodeTooLarge, CodeUnauthorized, CodeNotLoaded, CodeUnknownMethod, CodeBusy,
+		CodeTimeout, CodeCanceled, CodeFailed, CodeUnreachable, CodeGone, CodeBadResponse} {
+		if !c.Known() {
+			t.Errorf("%s is not Known", c)
+		}
+	}
+	for _, c := range []Code{"", "ok", "made_up", "BUSY"} {
+		if c.Known() {
+			t.Errorf("%q is Known", c)
+		}
 	}
 }

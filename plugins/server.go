@@ -82,13 +82,33 @@ type Server struct {
 	mu       sync.Mutex
 	refused  map[Code]int64
 	inFlight map[peer.ID]int // remote calls by caller
+
+	served ServedFunc // nil: nobody is told
 }
 
+// ServedFunc is told of every call a Server ran a plugin for: the plugin's
+// name, the outcome's code (empty for an answer that is ok) and how long
+// it ran. Calls refused before that (Refused counts them) are not
+// reported, so plugin is always one that is loaded here, never a name a
+// caller made up. It runs on the call's goroutine, once per call: it must
+// be safe for concurrent use and must not block.
+type ServedFunc func(plugin string, code Code, d time.Duration)
+
+// ServerOption is an optional setting of NewServer.
+type ServerOption func(*Server)
+
+// WithServed reports every call the server ran to f (see ServedFunc).
+func WithServed(f ServedFunc) ServerOption { return func(s *Server) { s.served = f } }
+
 // NewServer makes a server; Start registers it on the host.
-func NewServer(h host.Host, auth Authorizer, log *slog.Logger) *Server {
+func NewServer(h host.Host, auth Authorizer, log *slog.Logger, opts ...ServerOption) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel,
+	s := &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel,
 		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Start handles the protocol on the host.
@@ -148,6 +168,9 @@ func (s *Server) Serve(ctx context.Context, caller peer.ID, req Request) Respons
 	}
 	result, err := inst.Invoke(ctx, req.Method, req.Args)
 	resp := Response{ID: req.ID, OK: err == nil, Result: result, Duration: time.Since(start)}
+	if s.served != nil {
+		defer func() { s.served(req.Plugin, resp.Code, resp.Duration) }()
+	}
 	if err == nil {
 		return resp
 	}

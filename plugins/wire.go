@@ -91,6 +91,18 @@ const (
 	CodeBadResponse   Code = "bad_response"   // the callee answered with garbage
 )
 
+// Known reports whether c is one of the codes above. A response's code
+// comes from the callee: anything else is what another version or a rogue
+// made up, and must not become, say, a metric's label as is.
+func (c Code) Known() bool {
+	switch c {
+	case CodeBadRequest, CodeTooLarge, CodeUnauthorized, CodeNotLoaded, CodeUnknownMethod, CodeBusy,
+		CodeTimeout, CodeCanceled, CodeFailed, CodeUnreachable, CodeGone, CodeBadResponse:
+		return true
+	}
+	return false
+}
+
 // Error is a call failure with its code.
 type Error struct {
 	Code Code

@@ -32,7 +32,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes, log_level, log_format, reconnect_timeout"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes, log_level, log_format, reconnect_timeout, metrics_addr"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text (key=value lines) or json (one object per line)"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
@@ -45,6 +45,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.DurationFlag{Name: "presence-interval", Hidden: true, Usage: "how often the agent announces it is alive (default 10s); a node silent for 3 intervals is suspect, for 6 dead. For tests: short intervals cost every node of the fleet"},
 			&cli.DurationFlag{Name: "reconnect-timeout", Usage: "how long a dead or left node stays in this agent's views (nodes, members, names) after it was last heard from; then it is reaped until it is heard from again", DefaultText: "72h"},
 			&cli.Int64Flag{Name: "file-max-bytes", Usage: "cap on each file the file plugin writes, beyond which publish is refused; a tribe's max_bytes only lowers it", DefaultText: "64 MiB"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics (/metrics) and a health check (/healthz) on this TCP HOST:PORT, e.g. 127.0.0.1:9464; port 0 picks a free port (tribe status shows it); off by default"},
 		},
 		Action: runAgent,
 	}
@@ -174,6 +175,9 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.IsSet("reconnect-timeout") {
 		cfg.ReconnectTimeout = c.Duration("reconnect-timeout")
+	}
+	if c.IsSet("metrics-addr") {
+		cfg.MetricsAddr = c.String("metrics-addr")
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "node: "))}

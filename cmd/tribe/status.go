@@ -58,6 +58,9 @@ func statusCommand() *cli.Command {
 			}
 			fmt.Fprintf(tw, "uptime\t%s\n", s.Uptime.Round(time.Second))
 			fmt.Fprintf(tw, "data dir\t%s\n", s.DataDir)
+			if s.MetricsAddr != "" {
+				fmt.Fprintf(tw, "metrics\thttp://%s/metrics, health http://%s/healthz\n", s.MetricsAddr, s.MetricsAddr)
+			}
 			for i, a := range s.Addrs {
 				label := ""
 				if i == 0 {

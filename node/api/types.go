@@ -213,6 +213,10 @@ type Status struct {
 	Dropped map[string]int64 `json:"dropped"`
 	// Joins is how each --join address fares, in the order given.
 	Joins []Join `json:"joins,omitempty"`
+
+	// MetricsAddr is where Prometheus metrics (/metrics) and the health
+	// check (/healthz) are served, with the port picked; empty when off.
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 }
 
 // Node is one node of the fleet, from its replicated record.

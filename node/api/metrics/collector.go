@@ -1,0 +1,89 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The agent's metrics read at scrape time. Names follow Prometheus'
+// conventions: counters end in _total, units are base units.
+var (
+	descInfo = prometheus.NewDesc("tribe_info",
+		"This agent: its peer ID, name, cluster and version (always 1).",
+		[]string{"id", "name", "cluster", "version"}, nil)
+	descPeers = prometheus.NewDesc("tribe_peers",
+		"Connected peers of this cluster (they answered hello).", nil, nil)
+	descEntries = prometheus.NewDesc("tribe_state_entries",
+		"Keys of the replicated state held here, tombstones included.", nil, nil)
+	descNodes = prometheus.NewDesc("tribe_nodes",
+		"Nodes with a record in the replicated state, by liveness as this node sees it (alive, suspect, dead).",
+		[]string{"liveness"}, nil)
+	descAdmission = prometheus.NewDesc("tribe_nodes_by_admission",
+		"Nodes with a record in the replicated state, by admission (open, trusted, admitted, pending, revoked).",
+		[]string{"admission"}, nil)
+	descRejected = prometheus.NewDesc("tribe_rejected_total",
+		"Refused input by reason, as in `tribe status` (entries, sync streams, hellos, presence, calls as call_<code>).",
+		[]string{"reason"}, nil)
+	descDropped = prometheus.NewDesc("tribe_pubsub_dropped_total",
+		"Message copies pubsub dropped under load, by queue; anti-entropy repairs them, a growing rate means an overloaded node.",
+		[]string{"queue"}, nil)
+	descPulls = prometheus.NewDesc("tribe_sync_pulls_total",
+		"Anti-entropy pulls this node made.", nil, nil)
+	descPullsFailed = prometheus.NewDesc("tribe_sync_pulls_failed_total",
+		"Anti-entropy pulls that failed (the peer went away, broke the protocol, or the pull timed out).", nil, nil)
+	descRounds = prometheus.NewDesc("tribe_sync_rounds_total",
+		"Request and response rounds of anti-entropy pulls.", nil, nil)
+	descSyncBytes = prometheus.NewDesc("tribe_sync_bytes_total",
+		"Bytes of anti-entropy pulls, by direction (sent, received).", []string{"direction"}, nil)
+	descFetched = prometheus.NewDesc("tribe_sync_entries_fetched_total",
+		"Entries received by anti-entropy pulls.", nil, nil)
+	descApplied = prometheus.NewDesc("tribe_sync_entries_applied_total",
+		"Entries received by anti-entropy pulls that changed the state: what pubsub did not bring.", nil, nil)
+	descPlugins = prometheus.NewDesc("tribe_plugins",
+		"Plugin instances this node was asked to run, one per tribe and plugin, by state (loaded, error).",
+		[]string{"state"}, nil)
+)
+
+// collector turns one Snapshot per scrape into metrics.
+type collector struct{ src Source }
+
+func newCollector(src Source) prometheus.Collector { return collector{src} }
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInfo, descPeers, descEntries, descNodes, descAdmission, descRejected,
+		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descPlugins} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Snapshot()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge(descInfo, 1, s.ID, s.Name, s.Cluster, s.Version)
+	gauge(descPeers, float64(s.Peers))
+	gauge(descEntries, float64(s.Entries))
+	for k, v := range s.NodesByLiveness {
+		gauge(descNodes, float64(v), k)
+	}
+	for k, v := range s.NodesByAdmission {
+		gauge(descAdmission, float64(v), k)
+	}
+	for k, v := range s.Plugins {
+		gauge(descPlugins, float64(v), k)
+	}
+	for k, v := range s.Rejected {
+		counter(descRejected, v, k)
+	}
+	for k, v := range s.Dropped {
+		counter(descDropped, v, k)
+	}
+	counter(descPulls, s.Sync.Pulls)
+	counter(descPullsFailed, s.Sync.Failed)
+	counter(descRounds, s.Sync.Rounds)
+	counter(descSyncBytes, s.Sync.BytesSent, "sent")
+	counter(descSyncBytes, s.Sync.BytesRecv, "received")
+	counter(descFetched, s.Sync.Fetched)
+	counter(descApplied, s.Sync.Applied)
+}

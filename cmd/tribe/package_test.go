@@ -331,3 +331,43 @@ func runToolErr(name string, args ...string) (string, error) {
 
 // fileGID is the group that owns the file fi describes.
 func fileGID(fi os.FileInfo) uint32 { return fi.Sys().(*syscall.Stat_t).Gid }
+
+// TestDebVersion checks that Debian versions sort as the builds do: a
+// development build before its release, commits after a tag after it.
+func TestDebVersion(t *testing.T) {
+	if _, err := exec.LookPath("dpkg"); err != nil {
+		t.Skip("skipping: dpkg not found (Debian's dpkg package) to compare versions")
+	}
+	deb := func(v string) string {
+		t.Helper()
+		out, err := exec.Command("packaging/deb/debversion.sh", v).Output()
+		if err != nil {
+			t.Fatalf("debversion.sh %s: %v", v, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for v, want := range map[string]string{
+		"0.2.0":                       "0.2.0",
+		"0.2.0-5-gabc1234":            "0.2.0+5.gabc1234",
+		"0.2.0-5-gabc1234-dirty":      "0.2.0+5.gabc1234.dirty",
+		"0.2.0-rc1":                   "0.2.0~rc1",
+		"0.1.0-dev+git.abc1234.dirty": "0.1.0~dev+git.abc1234.dirty",
+	} {
+		if got := deb(v); got != want {
+			t.Errorf("debversion.sh %s = %s, want %s", v, got, want)
+		}
+	}
+	// Oldest first, as git history runs.
+	order := []string{"0.1.0-dev+git.abc1234", "0.1.0", "0.1.0-3-gdef5678", "0.1.0-12-g0123abc", "0.2.0-rc1", "0.2.0"}
+	for i := 1; i < len(order); i++ {
+		a, b := deb(order[i-1]), deb(order[i])
+		if err := exec.Command("dpkg", "--compare-versions", a, "lt", b).Run(); err != nil {
+			t.Errorf("dpkg does not order %s (%s) before %s (%s)", a, order[i-1], b, order[i])
+		}
+	}
+	for _, bad := range []string{"v0.2.0", "0.2.0 beta", ""} {
+		if err := exec.Command("packaging/deb/debversion.sh", bad).Run(); err == nil {
+			t.Errorf("debversion.sh accepted %q", bad)
+		}
+	}
+}

@@ -2,9 +2,9 @@
 # build.sh BINARY VERSION OUTDIR [GOARCH] builds the tribe .deb with
 # dpkg-deb from a built binary and writes OUTDIR/tribe_<version>_<arch>.deb;
 # it prints the file's path. VERSION is the agent's (git describe without
-# the "v"); the Debian version is derived from it so that dpkg orders builds
-# as git does. Run by `make package`. DEB_COMPRESSION picks dpkg-deb's
-# compressor: xz (the default, smallest) or gzip (several times faster).
+# the "v"); debversion.sh derives the Debian version from it. Run by `make
+# package`. DEB_COMPRESSION picks dpkg-deb's compressor: xz (the default,
+# smallest) or gzip (several times faster).
 set -eu
 
 if [ $# -lt 3 ]; then
@@ -21,20 +21,7 @@ command -v dpkg-deb >/dev/null 2>&1 || {
 	exit 1
 }
 
-# 0.2.0 -> 0.2.0; 0.2.0-5-gabc1234[-dirty] (5 commits after the tag)
-# -> 0.2.0+5.gabc1234[.dirty], after 0.2.0; 0.2.0-rc1 and 0.1.0-dev+git.abc
-# (before a release) -> 0.2.0~rc1, 0.1.0~dev+git.abc, before it.
-debversion=$(printf '%s\n' "$version" | sed \
-	-e 's/-\([0-9][0-9]*\)-g\([0-9a-f][0-9a-f]*\)/+\1.g\2/' \
-	-e 's/-dirty$/.dirty/' \
-	-e 's/-/~/g')
-case $debversion in
-[0-9]*) ;;
-*)
-	echo "build.sh: version $version does not start with a digit" >&2
-	exit 1
-	;;
-esac
+debversion=$("$here/debversion.sh" "$version")
 
 case $goarch in
 amd64 | arm64 | riscv64 | s390x | loong64 | mips64el) arch=$goarch ;;

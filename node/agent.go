@@ -28,6 +28,7 @@ const shutdownTimeout = 5 * time.Second
 // (Type=notify) it reports READY=1 once the API answers and STOPPING=1 when
 // shutdown begins.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) error {
+	systemd := sdnotify.FromEnv()
 	n, err := New(cfg, Deps{Logger: log})
 	if err != nil {
 		return err
@@ -46,13 +47,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 	if ready != nil {
 		ready(n)
 	}
-	notify(log, sdnotify.Ready)
+	notify(log, systemd, sdnotify.Ready)
 	select {
 	case <-ctx.Done():
 	case <-n.Leaving():
 	}
 	log.Info("shutting down")
-	notify(log, sdnotify.Stopping)
+	notify(log, systemd, sdnotify.Stopping)
 	n.stopWatches() // watch streams never end by themselves
 	var errs []error
 	if srv != nil {
@@ -69,8 +70,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 
 // notify tells systemd the agent's state, if systemd asked to be told. A
 // failure is logged, not fatal: systemd then times the start out itself.
-func notify(log *slog.Logger, state string) {
-	if _, err := sdnotify.Notify(state); err != nil {
+func notify(log *slog.Logger, systemd sdnotify.Socket, state string) {
+	if _, err := systemd.Notify(state); err != nil {
 		log.Warn("telling systemd", "state", state, "err", err)
 	}
 }

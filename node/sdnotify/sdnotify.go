@@ -3,8 +3,9 @@
 // It is the sd_notify(3) protocol without libsystemd: one datagram, sent to
 // the Unix socket named by $NOTIFY_SOCKET.
 //
-// Outside systemd (no $NOTIFY_SOCKET) every call does nothing, so callers
-// notify unconditionally. Safe for concurrent use.
+// Take the socket once with FromEnv at start, then Notify on it. Outside
+// systemd (no $NOTIFY_SOCKET) the Socket is empty and Notify does nothing,
+// so callers notify unconditionally. Safe for concurrent use.
 package sdnotify
 
 import (
@@ -23,17 +24,30 @@ const (
 // Env is the variable systemd sets to the socket it listens on.
 const Env = "NOTIFY_SOCKET"
 
-// Notify sends state to the socket named by $NOTIFY_SOCKET. It reports
-// false, nil when the variable is unset: the process was not started by
-// systemd as a notify service.
-func Notify(state string) (bool, error) {
-	return NotifySocket(os.Getenv(Env), state)
+// Socket is where systemd listens for this service's notifications. The
+// zero value is no socket: Notify sends nothing.
+type Socket struct {
+	path string
 }
 
-// NotifySocket sends state to the datagram socket at path: a file path, or
-// an abstract socket when it starts with "@" (as systemd writes it). An
-// empty path sends nothing and reports false, nil.
-func NotifySocket(path, state string) (bool, error) {
+// FromEnv returns the socket named by $NOTIFY_SOCKET and removes the
+// variable from the environment, as sd_notify's unset_environment does, so
+// that the processes this one starts (the exec plugin's commands) do not
+// inherit it and speak for the service.
+func FromEnv() Socket {
+	s := Socket{path: os.Getenv(Env)}
+	os.Unsetenv(Env)
+	return s
+}
+
+// At returns the socket at path: a file path, or an abstract socket when
+// it starts with "@" (as systemd writes it). An empty path is no socket.
+func At(path string) Socket { return Socket{path: path} }
+
+// Notify sends state to the socket. It reports false, nil when there is no
+// socket: the process was not started by systemd as a notify service.
+func (s Socket) Notify(state string) (bool, error) {
+	path := s.path
 	if path == "" {
 		return false, nil
 	}

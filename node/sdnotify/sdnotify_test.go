@@ -41,8 +41,12 @@ func TestNotifyPathSocket(t *testing.T) {
 	path := filepath.Join(dir, "notify")
 	conn := listen(t, path)
 	t.Setenv(Env, path)
+	sock := FromEnv()
+	if v, ok := os.LookupEnv(Env); ok {
+		t.Errorf("FromEnv left %s=%q for child processes", Env, v)
+	}
 	for _, state := range []string{Ready, Stopping} {
-		sent, err := Notify(state)
+		sent, err := sock.Notify(state)
 		if err != nil || !sent {
 			t.Fatalf("Notify(%q) = %v, %v; want true, nil", state, sent, err)
 		}
@@ -55,9 +59,9 @@ func TestNotifyPathSocket(t *testing.T) {
 func TestNotifyAbstractSocket(t *testing.T) {
 	name := "@tribe-sdnotify-test-" + filepath.Base(t.TempDir())
 	conn := listen(t, name)
-	sent, err := NotifySocket(name, Ready)
+	sent, err := At(name).Notify(Ready)
 	if err != nil || !sent {
-		t.Fatalf("NotifySocket(%q) = %v, %v; want true, nil", name, sent, err)
+		t.Fatalf("At(%q).Notify = %v, %v; want true, nil", name, sent, err)
 	}
 	if got := receive(t, conn); got != Ready {
 		t.Errorf("systemd got %q, want %q", got, Ready)
@@ -66,8 +70,11 @@ func TestNotifyAbstractSocket(t *testing.T) {
 
 func TestNotifyWithoutSystemd(t *testing.T) {
 	t.Setenv(Env, "")
-	if sent, err := Notify(Ready); sent || err != nil {
+	if sent, err := FromEnv().Notify(Ready); sent || err != nil {
 		t.Errorf("Notify without %s = %v, %v; want false, nil", Env, sent, err)
+	}
+	if sent, err := (Socket{}).Notify(Ready); sent || err != nil {
+		t.Errorf("the zero Socket's Notify = %v, %v; want false, nil", sent, err)
 	}
 }
 
@@ -79,8 +86,8 @@ func TestNotifyErrors(t *testing.T) {
 		{"@tribe-sdnotify-test-nobody-listens", Ready}, // nobody listens
 		{"/tmp/x", ""},                                 // nothing to say
 	} {
-		if sent, err := NotifySocket(tc.path, tc.state); sent || err == nil {
-			t.Errorf("NotifySocket(%q, %q) = %v, %v; want false and an error", tc.path, tc.state, sent, err)
+		if sent, err := At(tc.path).Notify(tc.state); sent || err == nil {
+			t.Errorf("At(%q).Notify(%q) = %v, %v; want false and an error", tc.path, tc.state, sent, err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tribeagent/tribe/node"
+	"github.com/tribeagent/tribe/plugins"
 )
 
 // TestDebPackage builds the .deb as `make package` does, installs it with
@@ -294,9 +296,21 @@ func checkConfig(t *testing.T, path string) {
 		t.Errorf("agent.yaml's exec example loads as %+v", c)
 	}
 	def := node.DefaultConfig()
-	if cfg.Cluster != def.Cluster || cfg.TargetPeers != def.TargetPeers || cfg.MDNS != def.MDNS {
-		t.Errorf("agent.yaml documents cluster %q, target_peers %d, mdns %v; the defaults are %q, %d, %v",
-			cfg.Cluster, cfg.TargetPeers, cfg.MDNS, def.Cluster, def.TargetPeers, def.MDNS)
+	type documented struct {
+		Cluster             string
+		MDNS                bool
+		TargetPeers         int
+		Reconnect           time.Duration
+		LogLevel, LogFormat string
+		FileMaxBytes        int64
+	}
+	got := documented{cfg.Cluster, cfg.MDNS, cfg.TargetPeers, cfg.ReconnectTimeout, cfg.LogLevel, cfg.LogFormat, cfg.FileMaxBytes}
+	// An empty log level and format mean info and text; a zero cap, the
+	// file plugin's default.
+	want := documented{def.Cluster, def.MDNS, def.TargetPeers, def.ReconnectTimeout,
+		cmp.Or(def.LogLevel, "info"), cmp.Or(def.LogFormat, "text"), cmp.Or(def.FileMaxBytes, plugins.DefaultFileMaxBytes)}
+	if got != want {
+		t.Errorf("agent.yaml documents the defaults %+v; the agent's are %+v", got, want)
 	}
 }
 

@@ -1,14 +1,32 @@
 # tribe: `make run` starts an agent with embedded defaults, `make test` runs
-# the whole suite, `make bench` measures speed and memory targets.
+# the whole suite, `make bench` measures speed and memory targets, `make
+# package` builds the .deb and `make install` installs the binary.
 GO        ?= go
 BIN       := bin/tribe
+PKG       := cmd/tribe/packaging
+# The version stamped into the binary and the package: git describe of the
+# nearest v* tag, else node.Version's default and the commit. Computed once.
+ifeq ($(origin VERSION),undefined)
+VERSION   := $(shell sh $(PKG)/version.sh)
+endif
 # Static, no cgo (no libc mapped into every agent), paths trimmed, symbol
 # tables dropped: a smaller binary maps fewer pages per agent.
 export CGO_ENABLED ?= 0
-GOFLAGS_BUILD := -trimpath -ldflags "-s -w"
+GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X github.com/tribeagent/tribe/node.Version=$(VERSION)"
 ARGS      ?=
 
-.PHONY: build run test race fuzz bench lint clean
+# make install: the binary in $(DESTDIR)$(BINDIR); with INSTALL_UNIT=1 also
+# the systemd unit in $(DESTDIR)$(UNITDIR) (its ExecStart pointing at
+# $(BINDIR)/tribe), and the commented config and flags files in
+# $(DESTDIR)$(SYSCONFDIR), never overwriting ones already there.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+UNITDIR    ?= /lib/systemd/system
+SYSCONFDIR ?= /etc
+DESTDIR    ?=
+INSTALL_UNIT ?=
+
+.PHONY: build run test race fuzz bench lint clean package install uninstall
 
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/tribe
@@ -54,6 +72,31 @@ bench:
 lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# The .deb, built with dpkg-deb (Debian's dpkg, on every Debian and Ubuntu
+# host) into bin/: /usr/bin/tribe, the unit tribe.service (not enabled),
+# /etc/tribe/agent.yaml and /etc/default/tribe as conffiles, the user tribe.
+package: build
+	$(PKG)/deb/build.sh $(BIN) $(VERSION) bin $$($(GO) env GOARCH)
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/tribe
+ifneq ($(INSTALL_UNIT),)
+	install -d $(DESTDIR)$(UNITDIR)
+	sed -e 's|^ExecStart=/usr/bin/tribe |ExecStart=$(BINDIR)/tribe |' \
+	    -e 's|/etc/tribe/|$(SYSCONFDIR)/tribe/|g' -e 's|/etc/default/tribe|$(SYSCONFDIR)/default/tribe|g' \
+	    $(PKG)/tribe.service >$(DESTDIR)$(UNITDIR)/tribe.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/tribe.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/tribe/agent.yaml || install -D -m 0640 $(PKG)/agent.yaml $(DESTDIR)$(SYSCONFDIR)/tribe/agent.yaml
+	test -e $(DESTDIR)$(SYSCONFDIR)/default/tribe || install -D -m 0644 $(PKG)/default $(DESTDIR)$(SYSCONFDIR)/default/tribe
+	@echo "make install: the unit runs as user tribe; unless it exists, create it and let it read the config:"
+	@echo "  useradd --system --user-group --home-dir /var/lib/tribe --no-create-home --shell /usr/sbin/nologin tribe"
+	@echo "  chgrp tribe $(SYSCONFDIR)/tribe/agent.yaml && systemctl daemon-reload"
+endif
+
+# Removes what make install installed, except the config files.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/tribe $(DESTDIR)$(UNITDIR)/tribe.service
 
 clean:
 	rm -rf bin

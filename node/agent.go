@@ -16,6 +16,7 @@ import (
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/node/api/metrics"
+	"github.com/tribeagent/tribe/node/sdnotify"
 )
 
 // shutdownTimeout bounds how long Run waits for API calls in flight.
@@ -23,9 +24,12 @@ const shutdownTimeout = 5 * time.Second
 
 // Run is `tribe agent`: it builds and starts a node, serves the control API
 // on <data-dir>/tribe.sock once the node is up, and shuts both down (socket
-// removed, state saved, farewell said) when ctx ends or `tribe leave` asks. ready, if not nil, is called once the
-// API answers.
+// removed, state saved, farewell said) when ctx ends or `tribe leave` asks.
+// ready, if not nil, is called once the API answers. Under systemd
+// (Type=notify) it reports READY=1 once the API answers and STOPPING=1 when
+// shutdown begins.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) error {
+	systemd := sdnotify.FromEnv()
 	n, err := New(cfg, Deps{Logger: log})
 	if err != nil {
 		return err
@@ -48,11 +52,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 	if ready != nil {
 		ready(n)
 	}
+	notify(log, systemd, sdnotify.Ready)
 	select {
 	case <-ctx.Done():
 	case <-n.Leaving():
 	}
 	log.Info("shutting down")
+	notify(log, systemd, sdnotify.Stopping)
 	n.stopWatches() // watch streams never end by themselves
 	var errs []error
 	if srv != nil {
@@ -65,6 +71,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) e
 		return fmt.Errorf("node: shutdown: %w", err)
 	}
 	return nil
+}
+
+// notify tells systemd the agent's state, if systemd asked to be told. A
+// failure is logged, not fatal: systemd then times the start out itself.
+func notify(log *slog.Logger, systemd sdnotify.Socket, state string) {
+	if _, err := systemd.Notify(state); err != nil {
+		log.Warn("telling systemd", "state", state, "err", err)
+	}
 }
 
 // Status implements api.Agent.

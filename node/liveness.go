@@ -10,6 +10,8 @@ import (
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/record"
 )
@@ -151,6 +153,34 @@ func (n *Node) acceptPresence(b []byte) error {
 	}
 	// Record the time we heard it, not the sender's clock.
 	n.presence.seen(id, now)
+	return nil
+}
+
+// watchDisconnects counts the end of a connection as hearing from the peer:
+// it was alive until then. Without it a node killed before any of its
+// presence messages arrived (in its first seconds, while the meshes form)
+// went from alive straight to dead, skipping suspect.
+func (n *Node) watchDisconnects() error {
+	sub, err := n.host.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged))
+	if err != nil {
+		return fmt.Errorf("node: subscribe to connectedness events: %w", err)
+	}
+	n.spawn(func() {
+		defer sub.Close()
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case e, ok := <-sub.Out():
+				if !ok {
+					return
+				}
+				if ev := e.(event.EvtPeerConnectednessChanged); ev.Connectedness == network.NotConnected {
+					n.presence.seen(ev.Peer, n.now())
+				}
+			}
+		}
+	})
 	return nil
 }
 

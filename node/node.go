@@ -323,6 +323,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.startEvents()
+	if err := n.watchDisconnects(); err != nil {
+		return err
+	}
 	// Pubsub before any connection: it does not see peers that connected
 	// before it existed.
 	var err error

@@ -73,13 +73,11 @@ func (r *Replica) servePush(s network.Stream) {
 		e, err = Open(b)
 	}
 	if err == nil && e.Author != from {
-		err = fmt.Errorf("%w: %s from %s", ErrNotOwnEntry, e.Key, from)
+		// Counted as unauthorised: the sender may push only its own.
+		err = fmt.Errorf("%w: %w: %s from %s", ErrUnauthorized, ErrNotOwnEntry, e.Key, from)
 	}
 	if err == nil {
-		err = r.state.Trust().Authorize(e.Key, e.Author)
-	}
-	if err == nil && e.HLC.Wall().After(r.now().Add(MaxClockSkew)) {
-		err = fmt.Errorf("%w: %s", ErrFromFuture, e.Key)
+		err = r.state.Check(e, r.now())
 	}
 	if err != nil {
 		r.counters.reject(err)

@@ -406,10 +406,7 @@ func (r *Replica) Trust() Trust { return r.cfg.Trust }
 func (r *Replica) validate(_ context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
 	e, err := Open(m.Data)
 	if err == nil {
-		err = r.state.Trust().Authorize(e.Key, e.Author)
-	}
-	if err == nil && e.HLC.Wall().After(r.now().Add(MaxClockSkew)) {
-		err = fmt.Errorf("%w: %s", ErrFromFuture, e.Key)
+		err = r.state.Check(e, r.now()) // reads only the trust list: no lock needed
 	}
 	if err != nil {
 		r.counters.reject(err)

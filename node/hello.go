@@ -97,9 +97,21 @@ func (n *Node) ownHello() hello {
 // told us it speaks it.
 func (n *Node) startHello() error {
 	n.host.SetStreamHandler(HelloProtocol, n.handleHello)
-	sub, err := n.host.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted))
+	return n.onEvent(new(event.EvtPeerIdentificationCompleted), func(e any) {
+		ev := e.(event.EvtPeerIdentificationCompleted)
+		if _, known := n.peers.get(ev.Peer); known || !slices.Contains(ev.Protocols, HelloProtocol) {
+			return
+		}
+		n.spawn(func() { n.greet(ev.Peer) })
+	})
+}
+
+// onEvent calls f, on one goroutine, with every event of typ's type the
+// host's event bus delivers, until the node closes. f must not block.
+func (n *Node) onEvent(typ any, f func(any)) error {
+	sub, err := n.host.EventBus().Subscribe(typ)
 	if err != nil {
-		return fmt.Errorf("node: subscribe to identify events: %w", err)
+		return fmt.Errorf("node: subscribe to %T: %w", typ, err)
 	}
 	n.spawn(func() {
 		defer sub.Close()
@@ -111,11 +123,7 @@ func (n *Node) startHello() error {
 				if !ok {
 					return
 				}
-				ev := e.(event.EvtPeerIdentificationCompleted)
-				if _, known := n.peers.get(ev.Peer); known || !slices.Contains(ev.Protocols, HelloProtocol) {
-					continue
-				}
-				n.spawn(func() { n.greet(ev.Peer) })
+				f(e)
 			}
 		}
 	})

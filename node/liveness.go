@@ -161,27 +161,11 @@ func (n *Node) acceptPresence(b []byte) error {
 // presence messages arrived (in its first seconds, while the meshes form)
 // went from alive straight to dead, skipping suspect.
 func (n *Node) watchDisconnects() error {
-	sub, err := n.host.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged))
-	if err != nil {
-		return fmt.Errorf("node: subscribe to connectedness events: %w", err)
-	}
-	n.spawn(func() {
-		defer sub.Close()
-		for {
-			select {
-			case <-n.ctx.Done():
-				return
-			case e, ok := <-sub.Out():
-				if !ok {
-					return
-				}
-				if ev := e.(event.EvtPeerConnectednessChanged); ev.Connectedness == network.NotConnected {
-					n.presence.seen(ev.Peer, n.now())
-				}
-			}
+	return n.onEvent(new(event.EvtPeerConnectednessChanged), func(e any) {
+		if ev := e.(event.EvtPeerConnectednessChanged); ev.Connectedness == network.NotConnected {
+			n.presence.seen(ev.Peer, n.now())
 		}
 	})
-	return nil
 }
 
 // startPresence joins the presence topic, records what it hears and

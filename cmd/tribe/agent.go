@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -112,17 +113,28 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 			}
 		}
 	}
-	if c.IsSet("name") {
-		cfg.Name = c.String("name")
+	// Flags that replace one setting when given.
+	for flag, dst := range map[string]*string{"name": &cfg.Name, "facts-file": &cfg.FactsFile, "auto-admit": &cfg.AutoAdmit,
+		"swarm-key": &cfg.SwarmKeyFile, "file-dir": &cfg.FileDir, "metrics-addr": &cfg.MetricsAddr} {
+		if c.IsSet(flag) {
+			*dst = c.String(flag)
+		}
+	}
+	for flag, dst := range map[string]*[]string{"listen": &cfg.ListenAddrs, "join": &cfg.Join, "trusted": &cfg.Trusted} {
+		if c.IsSet(flag) {
+			*dst = c.StringSlice(flag)
+		}
+	}
+	for flag, dst := range map[string]*time.Duration{"presence-interval": &cfg.PresenceInterval, "reconnect-timeout": &cfg.ReconnectTimeout} {
+		if c.IsSet(flag) {
+			*dst = c.Duration(flag)
+		}
+	}
+	if c.IsSet("file-max-bytes") {
+		cfg.FileMaxBytes = c.Int64("file-max-bytes")
 	}
 	if c.IsSet("cluster") || cfg.Cluster == "" {
 		cfg.Cluster = c.String("cluster")
-	}
-	if c.IsSet("listen") {
-		cfg.ListenAddrs = c.StringSlice("listen")
-	}
-	if c.IsSet("join") {
-		cfg.Join = c.StringSlice("join")
 	}
 	if c.Bool("no-mdns") {
 		cfg.MDNS = false
@@ -136,18 +148,6 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 			}
 			cfg.Facts[k] = v
 		}
-	}
-	if c.IsSet("facts-file") {
-		cfg.FactsFile = c.String("facts-file")
-	}
-	if c.IsSet("trusted") {
-		cfg.Trusted = c.StringSlice("trusted")
-	}
-	if c.IsSet("auto-admit") {
-		cfg.AutoAdmit = c.String("auto-admit")
-	}
-	if c.IsSet("swarm-key") {
-		cfg.SwarmKeyFile = c.String("swarm-key")
 	}
 	if c.IsSet("exec") {
 		if cfg.Exec.Commands == nil {
@@ -163,21 +163,6 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.Bool("exec-any") {
 		cfg.Exec.AllowAny = true
-	}
-	if c.IsSet("file-dir") {
-		cfg.FileDir = c.String("file-dir")
-	}
-	if c.IsSet("file-max-bytes") {
-		cfg.FileMaxBytes = c.Int64("file-max-bytes")
-	}
-	if c.IsSet("presence-interval") {
-		cfg.PresenceInterval = c.Duration("presence-interval")
-	}
-	if c.IsSet("reconnect-timeout") {
-		cfg.ReconnectTimeout = c.Duration("reconnect-timeout")
-	}
-	if c.IsSet("metrics-addr") {
-		cfg.MetricsAddr = c.String("metrics-addr")
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "node: "))}

@@ -18,7 +18,7 @@ import (
 // Only the sender's own entries are taken, so a push spreads nothing a
 // peer could not publish on the topic itself; everything else is refused
 // and counted like a bad topic message (one from another author as
-// malformed).
+// unauthorized).
 const PushProtocol = "/tribe/push/1.0.0"
 
 // pushTimeout bounds one push on either side.
@@ -60,9 +60,19 @@ func (r *Replica) Push(ctx context.Context, p peer.ID, s *Signed) error {
 // checks a message, plus that its sender wrote it.
 func (r *Replica) servePush(s network.Stream) {
 	from := s.Conn().RemotePeer()
+	// Bounded like sync's serving: a peer in its cool-down is not served,
+	// and a few pushes at once are plenty (one entry each, as a node
+	// leaves).
+	if r.penalties.active(from, r.now()) || !r.pushing.acquire(from) {
+		r.counters.pushBusy.Add(1)
+		s.Reset()
+		return
+	}
+	defer r.pushing.release(from)
 	s.SetDeadline(time.Now().Add(pushTimeout))
 	b, err := io.ReadAll(io.LimitReader(s, MaxEntrySize+1))
 	if err != nil {
+		r.counters.pushCutShort.Add(1)
 		s.Reset()
 		return
 	}

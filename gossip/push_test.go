@@ -79,3 +79,29 @@ func TestReplicaPush(t *testing.T) {
 		t.Fatal("pushed entry not held by the peer")
 	}
 }
+
+// TestPushIsBounded: a peer gets one push at a time; a second while the
+// first is held open is refused and counted, and one cut short is counted.
+func TestPushIsBounded(t *testing.T) {
+	n := newTestNet(t)
+	a := n.peer(t)
+	held, err := a.NewStream(context.Background(), n.h.ID(), PushProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Write([]byte{0x0a}) // the start of an entry, then nothing
+	waitFor(t, func() bool { return n.r.pushing.inUse() == 1 })
+	if got := pushRaw(t, n, a, ownRecord(t, a)); got != -1 {
+		t.Fatalf("a second push while one is held: answer %d, want a reset", got)
+	}
+	held.Reset()
+	waitFor(t, func() bool {
+		return n.r.Rejected()["push_cut_short"] == 1 && n.r.pushing.inUse() == 0
+	})
+	if got := n.r.Rejected()["push_busy"]; got != 1 {
+		t.Fatalf("push_busy = %d, want 1", got)
+	}
+	if got := pushRaw(t, n, a, ownRecord(t, a)); got != 1 {
+		t.Fatalf("a push once the slot is free: answer %d, want 1", got)
+	}
+}

@@ -82,6 +82,7 @@ type Replica struct {
 	// Guards of the sync protocol (syncguard.go).
 	penalties cooldown
 	serving   slots
+	pushing   slots // see push.go
 	warns     warnLimit
 
 	ctx    context.Context
@@ -99,6 +100,7 @@ type watch struct {
 func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig, log *slog.Logger, now func() time.Time, rng *rand.Rand) (*Replica, error) {
 	r := &Replica{cfg: cfg, h: h, key: key, store: store, log: log, now: now, rng: rng,
 		state: NewState(cfg.Trust), watchers: map[int]watch{}}
+	r.pushing.max, r.pushing.perPeer = maxPushing, maxPushingPerPeer
 	loaded, skipped, err := LoadState(store, r.state)
 	if err != nil {
 		return nil, err
@@ -513,6 +515,10 @@ type counters struct {
 	// either direction), and warnings not logged because one about the
 	// same peer was logged less than warnEvery ago.
 	syncMalformed, syncUnwanted, syncPenalised, syncPenaltyRefused, syncBusy, syncWarningsSuppressed atomic.Int64
+
+	// Pushes (push.go) refused for want of a slot or from a penalised
+	// peer, and cut short (the stream ended or timed out mid-entry).
+	pushBusy, pushCutShort atomic.Int64
 }
 
 func (c *counters) reject(err error) {
@@ -552,6 +558,8 @@ func (r *Replica) Rejected() map[string]int64 {
 		"sync_penalty_refused":     c.syncPenaltyRefused.Load(),
 		"sync_busy":                c.syncBusy.Load(),
 		"sync_warnings_suppressed": c.syncWarningsSuppressed.Load(),
+		"push_busy":                c.pushBusy.Load(),
+		"push_cut_short":           c.pushCutShort.Load(),
 	}
 }
 

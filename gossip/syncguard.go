@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -66,19 +67,30 @@ const (
 	maxServingPerPeer = 2
 )
 
-// slots counts the pulls being served, in all and by peer.
+// Bounds of the pushes this node takes at once: a push is one entry a
+// node sends as it leaves, so one per peer is plenty.
+const (
+	maxPushing        = 16
+	maxPushingPerPeer = 1
+)
+
+// slots counts the streams being served, in all and by peer: at most max
+// and perPeer (maxServing and maxServingPerPeer when zero, the pulls'
+// bounds).
 type slots struct {
+	max, perPeer int
+
 	mu     sync.Mutex
 	total  int
 	byPeer map[peer.ID]int
 }
 
-// acquire takes a slot for p, unless maxServing are taken or p holds
-// maxServingPerPeer.
+// acquire takes a slot for p, unless the bounds are reached.
 func (s *slots) acquire(p peer.ID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.total >= maxServing || s.byPeer[p] >= maxServingPerPeer {
+	max, perPeer := cmp.Or(s.max, maxServing), cmp.Or(s.perPeer, maxServingPerPeer)
+	if s.total >= max || s.byPeer[p] >= perPeer {
 		return false
 	}
 	if s.byPeer == nil {

@@ -150,6 +150,7 @@ func (n *Node) dialJoin(j *join) (peer.ID, error) {
 		if old := j.peer(); old != "" && old != id {
 			// Reinstalled with a new identity: the old one is no seed.
 			n.host.ConnManager().Unprotect(old, "tribe-join")
+			n.host.Peerstore().ClearAddrs(old) // added with a permanent TTL, never to expire
 		}
 		if id != n.host.ID() {
 			n.host.ConnManager().Protect(id, "tribe-join")

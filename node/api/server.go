@@ -359,6 +359,10 @@ func callHandler(agent Agent, l Limits) http.Handler {
 // long as the client stays. The header goes out once the agent has
 // subscribed (its first call of emit, with nil), so a client that has it
 // misses nothing from then on.
+// watchWriteTimeout bounds how long one event may take to reach a watch
+// client; one that stops reading is cut off after it.
+const watchWriteTimeout = 10 * time.Second
+
 func watchHandler(agent Agent) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		flusher, _ := w.(http.Flusher)
@@ -371,7 +375,11 @@ func watchHandler(agent Agent) http.Handler {
 				w.WriteHeader(http.StatusOK)
 			}
 		}
+		rc := http.NewResponseController(w)
 		err := agent.Watch(r.Context(), r.URL.Query().Get("prefix"), func(e *events.Event) {
+			// A client that stops reading must not hold the handler (and
+			// the agent's shutdown) in a write for ever.
+			rc.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
 			start()
 			if e != nil {
 				enc.Encode(watchLine{Event: e})

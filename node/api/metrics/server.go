@@ -49,7 +49,15 @@ func (m *Metrics) Handler(health Checker, log *slog.Logger) http.Handler {
 		MaxRequestsInFlight: scrapesAtOnce,
 		Timeout:             scrapeTimeout,
 	}))
+	checks := make(chan struct{}, scrapesAtOnce) // bounded like the scrapes: each reads the store
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case checks <- struct{}{}:
+			defer func() { <-checks }()
+		default:
+			http.Error(w, "too many health checks at once", http.StatusServiceUnavailable)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")

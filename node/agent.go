@@ -22,15 +22,21 @@ import (
 // shutdownTimeout bounds how long Run waits for API calls in flight.
 const shutdownTimeout = 5 * time.Second
 
-// Run is `tribe agent`: it builds and starts a node, serves the control API
-// on <data-dir>/tribe.sock once the node is up, and shuts both down (socket
-// removed, state saved, farewell said) when ctx ends or `tribe leave` asks.
+// Run is `tribe agent`: it builds and starts a node from cfg and deps
+// (deps.Logger logs), serves the control API on <data-dir>/tribe.sock once
+// the node is up, and shuts both down (socket removed, state saved,
+// farewell said) when ctx ends or `tribe leave` asks.
 // ready, if not nil, is called once the API answers. Under systemd
 // (Type=notify) it reports READY=1 once the API answers and STOPPING=1 when
 // shutdown begins.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Node)) error {
+func Run(ctx context.Context, cfg Config, deps Deps, ready func(*Node)) error {
 	systemd := sdnotify.FromEnv()
-	n, err := New(cfg, Deps{Logger: log})
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	deps.Logger = log
+	n, err := New(cfg, deps)
 	if err != nil {
 		return err
 	}
@@ -137,6 +143,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["membership_unbacked"] = n.auth.unbacked.Load()
 	out["name_taken"] = n.auth.nameTaken.Load()
 	out["facts_refused"] = n.facts.refused.Load()
+	out["reload_refused"] = n.reloads.refused.Load()
 	for code, c := range n.calls.Refused() {
 		out["call_"+string(code)] = c
 	}

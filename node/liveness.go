@@ -235,7 +235,7 @@ func (n *Node) reaped(p peer.ID) bool {
 	if p == n.host.ID() {
 		return false
 	}
-	return n.view(p).reaped(n.now(), 3*n.cfg.PresenceInterval, n.cfg.ReconnectTimeout)
+	return n.view(p).reaped(n.now(), 3*n.cfg.PresenceInterval, n.settings().reconnectTimeout)
 }
 
 // view gathers what the liveness and reaping rules need about p.

@@ -16,7 +16,13 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	return NewLevelLogger(w, l, format)
+}
+
+// NewLevelLogger is NewLogger at a level that may change while it logs
+// (a *slog.LevelVar from LogLevelVar, which tribe reload sets).
+func NewLevelLogger(w io.Writer, level slog.Leveler, format string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "", "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil

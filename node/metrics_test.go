@@ -15,7 +15,7 @@ func TestRunServesMetricsAndHealth(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan *Node, 1)
-	go func() { done <- Run(ctx, c, testLogger(t), func(n *Node) { ready <- n }) }()
+	go func() { done <- Run(ctx, c, Deps{Logger: testLogger(t)}, func(n *Node) { ready <- n }) }()
 	var n *Node
 	select {
 	case n = <-ready:
@@ -60,7 +60,7 @@ func TestRunRefusesATakenMetricsAddress(t *testing.T) {
 	defer ln.Close()
 	c := loopbackConfig(t, "a")
 	c.MetricsAddr = ln.Addr().String()
-	err = Run(context.Background(), c, testLogger(t), func(*Node) { t.Error("ready with a taken metrics address") })
+	err = Run(context.Background(), c, Deps{Logger: testLogger(t)}, func(*Node) { t.Error("ready with a taken metrics address") })
 	if err == nil || !strings.Contains(err.Error(), "metrics: listen on "+c.MetricsAddr) {
 		t.Fatalf("Run: %v, want the listen error naming %s", err, c.MetricsAddr)
 	}

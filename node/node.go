@@ -87,11 +87,16 @@ type Deps struct {
 	// Plugins are the plugins this node can load; nil means the built-ins
 	// (plugins.Builtins) over the config's exec table and file dir.
 	Plugins *plugins.Registry
+	// Reload reads the configuration again for Node.Reload (tribe reload,
+	// SIGHUP); nil means the node cannot reload.
+	Reload Reloader
+	// LogLevel, if set, is the level Logger logs at: Reload sets it.
+	LogLevel *slog.LevelVar
 }
 
 // Node is a running tribe agent. Its methods are safe for concurrent use.
 type Node struct {
-	cfg      Config
+	cfg      Config // as started; see live and running for what reloads change
 	log      *slog.Logger
 	now      func() time.Time
 	host     host.Host
@@ -103,6 +108,15 @@ type Node struct {
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+
+	// What tribe reload changes (reload.go): live is read without a lock,
+	// inForce (the config in force) and the reload itself under reloadMu.
+	live     atomic.Pointer[live]
+	reloadMu sync.Mutex
+	inForce  Config
+	reloader Reloader
+	logLevel *slog.LevelVar
+	reloads  reloadCounters
 
 	peers      *peerBook   // what hello told us about connected peers
 	remembered *remembered // peers.json
@@ -172,13 +186,15 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect
 	}
+	n.live.Store(liveOf(cfg))
+	n.inForce, n.reloader, n.logLevel = cfg, deps.Reload, deps.LogLevel
 	n.plugins.loaded = map[string]*loadedPlugin{}
 	if n.registry = deps.Plugins; n.registry == nil {
 		fileDir := cfg.FileDir
 		if fileDir == "" {
 			fileDir = filepath.Join(cfg.DataDir, "files")
 		}
-		n.registry = plugins.Builtins(plugins.Env{Exec: cfg.Exec, FileDir: fileDir, FileMaxBytes: cfg.FileMaxBytes, Version: Version,
+		n.registry = plugins.Builtins(plugins.Env{ExecTable: func() plugins.ExecConfig { return n.settings().exec }, FileDir: fileDir, FileMaxBytes: cfg.FileMaxBytes, Version: Version,
 			Facts: func(context.Context) (map[string]any, error) { return n.facts.get(), nil }})
 	}
 	if n.log == nil {
@@ -338,7 +354,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startPresence(n.pubsub, n.key); err != nil {
 		return err
 	}
-	facts, err := n.gatherFacts(ctx)
+	facts, err := n.gatherFacts(ctx, n.settings())
 	if err != nil {
 		return fmt.Errorf("node: facts: %w", err)
 	}

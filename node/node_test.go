@@ -106,7 +106,7 @@ func TestRunServesTheAPIAndRemovesTheSocket(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan *Node, 1)
-	go func() { done <- Run(ctx, c, testLogger(t), func(n *Node) { ready <- n }) }()
+	go func() { done <- Run(ctx, c, Deps{Logger: testLogger(t)}, func(n *Node) { ready <- n }) }()
 	var n *Node
 	select {
 	case n = <-ready:

@@ -48,20 +48,20 @@ func (f *factsState) set(facts policy.Facts) {
 
 // gatherFacts collects the built-in facts and overlays the user's: the
 // facts file, then --fact flags.
-func (n *Node) gatherFacts(ctx context.Context) (policy.Facts, error) {
+func (n *Node) gatherFacts(ctx context.Context, set *live) (policy.Facts, error) {
 	builtin, err := n.collectFacts(ctx)
 	if err != nil {
 		n.log.Warn("some built-in facts could not be read", "err", err)
 	}
 	user := policy.Facts{}
-	if n.cfg.FactsFile != "" {
-		fileFacts, err := policy.LoadFactsFile(n.cfg.FactsFile)
+	if set.factsFile != "" {
+		fileFacts, err := policy.LoadFactsFile(set.factsFile)
 		if err != nil {
 			return nil, err
 		}
 		user = policy.Merge(user, fileFacts)
 	}
-	user = policy.Merge(user, n.cfg.Facts)
+	user = policy.Merge(user, set.facts)
 	return policy.Merge(builtin, user), nil
 }
 
@@ -73,7 +73,9 @@ func (n *Node) gatherFacts(ctx context.Context) (policy.Facts, error) {
 // memberships and its facts plugin. Facts taken that changed update the
 // record, then the policies are evaluated again.
 func (n *Node) RefreshFacts(ctx context.Context) error {
-	facts, err := n.gatherFacts(ctx)
+	n.reloadMu.Lock() // a reload in between would be undone by stale facts
+	defer n.reloadMu.Unlock()
+	facts, err := n.gatherFacts(ctx, n.settings())
 	changed := false
 	if err != nil {
 		err = refused(err)

@@ -109,8 +109,8 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 	}
 	if len(b) > gossip.MaxValueLen {
 		hint := ""
-		if n.cfg.FactsFile != "" {
-			hint = fmt.Sprintf(" (shrink the facts file %s)", n.cfg.FactsFile)
+		if f := n.settings().factsFile; f != "" {
+			hint = fmt.Sprintf(" (shrink the facts file %s)", f)
 		}
 		return nil, fmt.Errorf("%w: it would be %d bytes, %d of them facts, over the %d-byte limit%s",
 			ErrRecordTooLarge, len(b), len(fb), gossip.MaxValueLen, hint)

@@ -20,6 +20,9 @@ import (
 type Env struct {
 	// Exec is the host's own command table for the exec plugin.
 	Exec ExecConfig
+	// ExecTable, if set, is asked for the command table on every call
+	// instead of Exec, so the host can change it live (tribe reload).
+	ExecTable func() ExecConfig
 	// Facts returns the host's current facts (the facts plugin).
 	Facts func(context.Context) (map[string]any, error)
 	// FileDir is where the file plugin writes; a tribe's config names a
@@ -37,7 +40,11 @@ type Env struct {
 func Builtins(env Env) *Registry {
 	r := NewRegistry()
 	v := version(env.Version)
-	r.Register("exec", func(cfg map[string]string) (Plugin, error) { return newExec(v, env.Exec, cfg) })
+	table := env.ExecTable
+	if table == nil {
+		table = func() ExecConfig { return env.Exec }
+	}
+	r.Register("exec", func(cfg map[string]string) (Plugin, error) { return newExec(v, table, cfg) })
 	r.Register("sys", func(cfg map[string]string) (Plugin, error) { return newSys(v, cfg) })
 	r.Register("facts", func(cfg map[string]string) (Plugin, error) {
 		if err := noConfig(cfg); err != nil {

@@ -60,16 +60,16 @@ func (c ExecConfig) Check() error {
 
 type execPlugin struct {
 	version
-	table     ExecConfig
-	timeout   time.Duration // the tribe's cap on every command, 0 for none
-	maxOutput int           // the tribe's cap on output, 0 for none
+	table     func() ExecConfig // the host's, read on every call
+	timeout   time.Duration     // the tribe's cap on every command, 0 for none
+	maxOutput int               // the tribe's cap on output, 0 for none
 }
 
-func newExec(v version, table ExecConfig, cfg map[string]string) (*execPlugin, error) {
+func newExec(v version, table func() ExecConfig, cfg map[string]string) (*execPlugin, error) {
 	if err := configKeys(cfg, "timeout", "max_output"); err != nil {
 		return nil, err
 	}
-	if err := table.Check(); err != nil {
+	if err := table().Check(); err != nil {
 		return nil, err
 	}
 	p := &execPlugin{version: v, table: table}
@@ -117,16 +117,17 @@ func (p *execPlugin) Call(ctx context.Context, method string, args json.RawMessa
 		return nil, err
 	}
 	var cmd Command
+	table := p.table()
 	switch {
 	case a.Command != "" && len(a.Argv) > 0:
 		return nil, Errorf(CodeBadRequest, "give either command or argv, not both")
 	case a.Command != "":
 		var ok bool
-		if cmd, ok = p.table.Commands[a.Command]; !ok {
-			return nil, Errorf(CodeBadRequest, "no command %q on this host (it has %v)", a.Command, slices.Sorted(maps.Keys(p.table.Commands)))
+		if cmd, ok = table.Commands[a.Command]; !ok {
+			return nil, Errorf(CodeBadRequest, "no command %q on this host (it has %v)", a.Command, slices.Sorted(maps.Keys(table.Commands)))
 		}
 	case len(a.Argv) > 0:
-		if !p.table.AllowAny {
+		if !table.AllowAny {
 			return nil, Errorf(CodeUnauthorized, "this host runs only the commands its config defines (exec: allow_any is off)")
 		}
 		cmd = Command{Argv: a.Argv}
@@ -164,8 +165,9 @@ type ExecListEntry struct {
 // list is the host's commands by name; empty, not null, when it has none.
 func (p *execPlugin) list() []ExecListEntry {
 	out := []ExecListEntry{}
-	for _, name := range slices.Sorted(maps.Keys(p.table.Commands)) {
-		cmd := p.table.Commands[name]
+	table := p.table()
+	for _, name := range slices.Sorted(maps.Keys(table.Commands)) {
+		cmd := table.Commands[name]
 		timeout, maxOut := p.limits(cmd)
 		out = append(out, ExecListEntry{Name: name, Argv: cmd.Argv, Timeout: timeout.String(),
 			TimeoutMS: timeout.Milliseconds(), MaxOutput: maxOut})

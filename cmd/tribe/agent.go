@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,7 +26,8 @@ func agentCommand() *cli.Command {
 listening on TCP and QUIC port 4001, mDNS discovery on the LAN, cluster "tribe".
 A second agent on the same host needs its own --data-dir and --listen port;
 it finds the first by mDNS, or by --join with an address from ` + "`tribe status`" + `.
-Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
+Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly;
+SIGHUP (or tribe reload) reads the config file and the facts again.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "the node's name (default: the host name)"},
 			&cli.StringSliceFlag{Name: "listen", Usage: "multiaddr to listen on, repeatable (default: /ip4/0.0.0.0/tcp/4001 and /ip4/0.0.0.0/udp/4001/quic-v1; port 0 picks a free port)"},
@@ -37,7 +39,7 @@ Flags override the config file; SIGINT or SIGTERM shut the agent down cleanly.`,
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text (key=value lines) or json (one object per line)"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
-			&cli.StringFlag{Name: "facts-file", Usage: "YAML or JSON file of user facts (nested values allowed), read again on SIGHUP"},
+			&cli.StringFlag{Name: "facts-file", Usage: "YAML or JSON file of user facts (nested values allowed), read again on SIGHUP and tribe reload"},
 			&cli.StringSliceFlag{Name: "trusted", Usage: "peer ID of a trusted writer of tribe state, repeatable; with any, other nodes count only once a trusted writer admits them (tribe admit); none means every peer that can connect is trusted"},
 			&cli.StringFlag{Name: "auto-admit", Usage: "on a trusted writer: admit every pending node whose facts match this CEL expression, e.g. 'facts.os == \"linux\"' (revoked nodes stay revoked)"},
 			&cli.StringSliceFlag{Name: "exec", Usage: "NAME=COMMAND the exec plugin may run when asked for NAME, repeatable; COMMAND is split on spaces, no shell (the config file's exec.commands also sets timeouts and output caps)"},
@@ -60,9 +62,13 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	log, err := node.NewLogger(c.App.ErrWriter, cfg.LogLevel, cfg.LogFormat)
+	level, err := node.LogLevelVar(cfg.LogLevel)
 	if err != nil {
 		return usageError{err} // Validate has checked it
+	}
+	log, err := node.NewLevelLogger(c.App.ErrWriter, level, cfg.LogFormat)
+	if err != nil {
+		return usageError{err}
 	}
 	// The process ends with Run, so the signal relay is never stopped
 	// (signal.Stop was seen to stall shutdown for ~30 s here).
@@ -74,8 +80,16 @@ func runAgent(c *cli.Context) error {
 		<-sigs
 		cancel()
 	}()
-	// SIGHUP collects the facts again (and re-reads the facts file).
-	return node.Run(ctx, cfg, log, func(n *node.Node) {
+	// tribe reload and SIGHUP read the config file and the flags again.
+	reload := func() (node.Config, error) {
+		cfg, err := agentConfig(c)
+		var u usageError
+		if errors.As(err, &u) {
+			err = u.err
+		}
+		return cfg, err
+	}
+	return node.Run(ctx, cfg, node.Deps{Logger: log, LogLevel: level, Reload: reload}, func(n *node.Node) {
 		hups := make(chan os.Signal, 1)
 		signal.Notify(hups, syscall.SIGHUP)
 		go func() {
@@ -84,10 +98,8 @@ func runAgent(c *cli.Context) error {
 				case <-ctx.Done():
 					return
 				case <-hups:
-					if err := n.RefreshFacts(ctx); err != nil {
-						log.Warn("refreshing facts on SIGHUP", "err", err)
-					} else {
-						log.Info("facts refreshed on SIGHUP")
+					if _, err := n.Reload(ctx); err != nil {
+						log.Warn("reloading on SIGHUP", "err", err)
 					}
 				}
 			}

@@ -86,7 +86,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	cmds := []*cli.Command{agentCommand(), statusCommand(), peersCommand(), nodesCommand()}
 	cmds = append(cmds, tribeCommands()...)
 	cmds = append(cmds, admitCommand(), revokeCommand())
-	cmds = append(cmds, forceLeaveCommand())
+	cmds = append(cmds, forceLeaveCommand(), reloadCommand())
 	cmds = append(cmds, factsCommand(), policyCommand(), pluginCommand(), callCommand(), simCommand())
 	cmds = append(cmds, watchCommand())
 	cmds = append(cmds, versionCommand(), completionCommand())

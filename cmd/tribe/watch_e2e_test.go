@@ -102,8 +102,9 @@ func (w *watcher) expect(what string, match func(events.Event) bool) events.Even
 }
 
 // `tribe watch --json` on one agent prints, in order, a tribe created, a
-// node joining it, and that node, killed, turning suspect then dead;
-// Ctrl-C ends it with status 0.
+// node joining it, that node, killed, turning suspect then dead, and
+// another node, stopped cleanly, left (never suspect); Ctrl-C ends it with
+// status 0.
 func TestWatchStreamsFleetEvents(t *testing.T) {
 	// Presence every second: a killed node is suspect after 3 s and dead
 	// after 6 s.
@@ -116,11 +117,14 @@ func TestWatchStreamsFleetEvents(t *testing.T) {
 		b.args = slices.Delete(b.args, i-1, i+1)
 	}
 	b.start()
-	n2 := b.status().ID
-	waitUntil(t, 30*time.Second, "n1 to see n2 alive", func() bool {
+	c := newAgent(t, "n3", "--presence-interval", "1s", "--join", a.tcpJoin())
+	c.start()
+	n2, n3 := b.status().ID, c.status().ID
+	waitUntil(t, 30*time.Second, "n1 to see n2 and n3 alive", func() bool {
 		var nodes []api.Node
 		a.cliJSON(&nodes, "nodes")
-		return slices.ContainsFunc(nodes, func(n api.Node) bool { return n.ID == n2 && n.Name == "n2" && n.Liveness == "alive" })
+		return slices.ContainsFunc(nodes, func(n api.Node) bool { return n.ID == n2 && n.Name == "n2" && n.Liveness == "alive" }) &&
+			slices.ContainsFunc(nodes, func(n api.Node) bool { return n.ID == n3 && n.Name == "n3" && n.Liveness == "alive" })
 	})
 
 	w := startWatch(t, a)
@@ -143,6 +147,18 @@ func TestWatchStreamsFleetEvents(t *testing.T) {
 	w.expect("n2 dead", func(e events.Event) bool {
 		return e.Type == "node-dead" && e.Node == n2 && e.State == "dead" && e.From == "suspect"
 	})
+	if err := c.stop(); err != nil {
+		t.Fatalf("n3 on SIGTERM: %v", err)
+	}
+	left := w.expect("n3 left", func(e events.Event) bool {
+		if e.Node == n3 && e.Type == "node-suspect" {
+			t.Fatalf("n3, stopped cleanly, went suspect: %+v", e)
+		}
+		return e.Type == "node-left" && e.Node == n3 && e.Name == "n3" && e.State == "left"
+	})
+	if left.From != "alive" {
+		t.Errorf("n3 left from %q, want alive", left.From)
+	}
 
 	w.cmd.Process.Signal(os.Interrupt)
 	select {

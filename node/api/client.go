@@ -180,6 +180,14 @@ func (c *Client) LeaveCluster(ctx context.Context) (LeaveResult, error) {
 	return res, err
 }
 
+// Reload makes the agent read its configuration again and apply what can
+// change live.
+func (c *Client) Reload(ctx context.Context) (ReloadResult, error) {
+	var res ReloadResult
+	err := c.do(ctx, http.MethodPost, "/v1/reload", struct{}{}, &res)
+	return res, err
+}
+
 // ForceLeave marks nodes (names or peer IDs) as left and reaped on every
 // node until they write a newer record. Trusted writers only.
 func (c *Client) ForceLeave(ctx context.Context, nodes []string) ([]Node, error) {

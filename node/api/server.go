@@ -224,6 +224,9 @@ func handler(agent Agent, limits Limits) http.Handler {
 	mux.Handle("POST /v1/leave", endpoint(func(r *http.Request) (any, error) {
 		return agent.LeaveCluster(r.Context())
 	}))
+	mux.Handle("POST /v1/reload", endpoint(func(r *http.Request) (any, error) {
+		return agent.Reload(r.Context())
+	}))
 	mux.Handle("POST /v1/force-leave", endpoint(func(r *http.Request) (any, error) {
 		var req NodesRequest
 		if err := decode(r, &req); err != nil {

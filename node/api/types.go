@@ -60,6 +60,18 @@ type Agent interface {
 	// newer record.
 	LeaveCluster(ctx context.Context) (LeaveResult, error)
 	ForceLeave(ctx context.Context, nodes []string) ([]Node, error)
+	// Reload reads the agent's configuration again and applies what can
+	// change live (tribe reload, SIGHUP).
+	Reload(ctx context.Context) (ReloadResult, error)
+}
+
+// ReloadResult is `tribe reload`: the settings read again and applied
+// (config file keys; "fact" for --fact), those that differ but keep their
+// running value until the agent restarts, and whether the facts changed.
+type ReloadResult struct {
+	Changed       []string `json:"changed"`
+	RestartNeeded []string `json:"restart_needed"`
+	FactsChanged  bool     `json:"facts_changed"`
 }
 
 // LeaveResult is `tribe leave`: how many peers acknowledged this agent's

@@ -1,0 +1,211 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync/atomic"
+	"time"
+
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/policy"
+)
+
+// Reloader rebuilds the agent's configuration the way it was built at
+// start (defaults, the config file, then the command-line flags), for
+// `tribe reload` and SIGHUP. It returns a validated Config or an error.
+type Reloader func() (Config, error)
+
+// ErrNoReload is returned by Reload on a node that was given no Reloader
+// (the simulator's nodes, tests).
+var ErrNoReload = errors.New("node: this agent cannot reload its configuration")
+
+// live holds the settings `tribe reload` changes while the agent runs.
+// Readers take a snapshot with Node.settings; Reload swaps it whole.
+type live struct {
+	facts            policy.Facts
+	factsFile        string
+	exec             plugins.ExecConfig
+	reconnectTimeout time.Duration
+	logLevel         string
+}
+
+func liveOf(c Config) *live {
+	return &live{facts: c.Facts, factsFile: c.FactsFile, exec: c.Exec, reconnectTimeout: c.ReconnectTimeout, logLevel: c.LogLevel}
+}
+
+// settings is the current snapshot of the live settings.
+func (n *Node) settings() *live { return n.live.Load() }
+
+// setting is one configuration setting as the config file names it, and
+// how to read it from a Config.
+type setting struct {
+	name string
+	get  func(Config) any
+}
+
+// liveSettings change without a restart; restartSettings need one. The
+// names are the config file's keys (fact: the --fact flags).
+var (
+	liveSettings = []setting{
+		{"exec", func(c Config) any {
+			if len(c.Exec.Commands) == 0 {
+				c.Exec.Commands = nil // none and an empty table are the same
+			}
+			return c.Exec
+		}},
+		{"fact", func(c Config) any { return c.Facts }},
+		{"facts_file", func(c Config) any { return c.FactsFile }},
+		{"log_level", func(c Config) any { return c.LogLevel }},
+		{"reconnect_timeout", func(c Config) any { return c.ReconnectTimeout }},
+	}
+	restartSettings = []setting{
+		{"name", func(c Config) any { return c.Name }},
+		{"cluster", func(c Config) any { return c.Cluster }},
+		{"listen", func(c Config) any { return c.ListenAddrs }},
+		{"join", func(c Config) any { return c.Join }},
+		{"mdns", func(c Config) any { return c.MDNS }},
+		{"swarm_key", func(c Config) any { return c.SwarmKeyFile }},
+		{"trusted", func(c Config) any { return c.Trusted }},
+		{"auto_admit", func(c Config) any { return c.AutoAdmit }},
+		{"target_peers", func(c Config) any { return c.TargetPeers }},
+		{"file_dir", func(c Config) any { return c.FileDir }},
+		{"file_max_bytes", func(c Config) any { return c.FileMaxBytes }},
+		{"log_format", func(c Config) any { return c.LogFormat }},
+		{"metrics_addr", func(c Config) any { return c.MetricsAddr }},
+		{"data_dir", func(c Config) any { return c.DataDir }},
+	}
+)
+
+// reloadDiff is the pure rule of a reload: which settings differ between
+// the running config and the one read again, split into those applied live
+// and those that need a restart. An unset name in the new config (the host
+// name, looked up by New) is not a change.
+func reloadDiff(running, reread Config) (changed, restart []string) {
+	if reread.Name == "" {
+		reread.Name = running.Name
+	}
+	for _, s := range liveSettings {
+		if !same(s.get(running), s.get(reread)) {
+			changed = append(changed, s.name)
+		}
+	}
+	for _, s := range restartSettings {
+		if !same(s.get(running), s.get(reread)) {
+			restart = append(restart, s.name)
+		}
+	}
+	return changed, restart
+}
+
+// same compares settings; an empty slice or map is the same as none.
+func same(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	switch va.Kind() {
+	case reflect.Slice, reflect.Map:
+		if va.Len() == 0 && vb.Len() == 0 {
+			return true
+		}
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// Reload implements api.Agent: it reads the configuration again and
+// applies, all or nothing, what can change while the agent runs (the exec
+// plugin's commands, user facts and the facts file, the log level, the
+// reconnect timeout), then collects the facts again. A configuration that
+// does not read or validate, or facts that are refused, change nothing.
+// Settings that need a restart are reported, and keep their running value.
+func (n *Node) Reload(ctx context.Context) (api.ReloadResult, error) {
+	if n.reloader == nil {
+		return api.ReloadResult{}, ErrNoReload
+	}
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	reread, err := n.reloader()
+	if err != nil {
+		n.reloads.refused.Add(1)
+		return api.ReloadResult{}, fmt.Errorf("%w (nothing changed)", err)
+	}
+	changed, restart := reloadDiff(n.inForce, reread)
+	next := liveOf(reread)
+	level, err := logLevel(next.logLevel)
+	if err != nil { // Validate has checked it; a Reloader that did not is refused
+		n.reloads.refused.Add(1)
+		return api.ReloadResult{}, fmt.Errorf("node: %w (nothing changed)", err)
+	}
+	facts, err := n.gatherFacts(ctx, next)
+	if err != nil {
+		n.reloads.refused.Add(1)
+		n.facts.refused.Add(1)
+		return api.ReloadResult{}, fmt.Errorf("%w (nothing changed)", refused(err))
+	}
+	// The record is the only step that can still fail: take the facts
+	// first, then swap the settings, so a refusal leaves everything as it was.
+	factsChanged, err := n.adoptFacts(ctx, facts)
+	if err != nil {
+		n.reloads.refused.Add(1)
+		if errors.Is(err, ErrFactsRefused) {
+			n.facts.refused.Add(1)
+		}
+		return api.ReloadResult{}, fmt.Errorf("%w (nothing changed)", err)
+	}
+	n.live.Store(next)
+	if n.logLevel != nil {
+		n.logLevel.Set(level)
+	}
+	for _, s := range liveSettings {
+		for _, c := range changed {
+			if c == s.name {
+				applyLive(&n.inForce, reread, s.name)
+			}
+		}
+	}
+	if factsChanged {
+		n.triggerReconcile()
+	}
+	n.reloads.done.Add(1)
+	res := api.ReloadResult{Changed: orEmpty(changed), RestartNeeded: orEmpty(restart), FactsChanged: factsChanged}
+	n.log.Info("configuration reloaded", "changed", res.Changed, "facts_changed", factsChanged)
+	if len(restart) > 0 {
+		n.log.Warn("configuration reloaded, but these settings keep their running values until the agent restarts", "restart_needed", restart)
+	}
+	return res, nil
+}
+
+// applyLive copies one live setting from reread into the running config,
+// so the next reload compares against what is in force.
+func applyLive(running *Config, reread Config, name string) {
+	switch name {
+	case "exec":
+		running.Exec = reread.Exec
+	case "fact":
+		running.Facts = reread.Facts
+	case "facts_file":
+		running.FactsFile = reread.FactsFile
+	case "log_level":
+		running.LogLevel = reread.LogLevel
+	case "reconnect_timeout":
+		running.ReconnectTimeout = reread.ReconnectTimeout
+	}
+}
+
+// reloadCounters count reloads done and refused.
+type reloadCounters struct {
+	done, refused atomic.Int64
+}
+
+// LogLevelVar builds a level variable at level for a logger that Reload can
+// change (see Deps.LogLevel).
+func LogLevelVar(level string) (*slog.LevelVar, error) {
+	l, err := logLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	v := new(slog.LevelVar)
+	v.Set(l)
+	return v, nil
+}

@@ -87,7 +87,7 @@ func (r *Replica) servePush(s network.Stream) {
 		err = fmt.Errorf("%w: %w: %s from %s", ErrUnauthorized, ErrNotOwnEntry, e.Key, from)
 	}
 	if err == nil {
-		err = r.state.Check(e, r.now())
+		err = r.check(e, r.now())
 	}
 	if err != nil {
 		r.counters.reject(err)

@@ -56,7 +56,8 @@ type Watcher func(Change)
 // Replica is the I/O shell around State: it stores, publishes and syncs.
 // Its methods are safe for concurrent use.
 type Replica struct {
-	cfg   ReplicaConfig
+	cfg   ReplicaConfig         // cfg.Trust is the trust list at start; see trust
+	trust atomic.Pointer[Trust] // the trust list in force (SetTrust)
 	h     host.Host
 	key   crypto.PrivKey
 	store *Store
@@ -101,6 +102,7 @@ func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig
 	r := &Replica{cfg: cfg, h: h, key: key, store: store, log: log, now: now, rng: rng,
 		state: NewState(cfg.Trust), watchers: map[int]watch{}}
 	r.pushing.max, r.pushing.perPeer = maxPushing, maxPushingPerPeer
+	r.trust.Store(&cfg.Trust)
 	loaded, skipped, err := LoadState(store, r.state)
 	if err != nil {
 		return nil, err
@@ -227,7 +229,7 @@ func (r *Replica) write(ctx context.Context, e Entry) (*Signed, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := r.cfg.Trust.Authorize(e.Key, author); err != nil {
+	if err := r.Trust().Authorize(e.Key, author); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -401,14 +403,64 @@ func (r *Replica) Len() int {
 }
 
 // Trust is the replica's trust list.
-func (r *Replica) Trust() Trust { return r.cfg.Trust }
+func (r *Replica) Trust() Trust { return *r.trust.Load() }
+
+// check validates an opened entry against the trust list in force. It
+// takes no lock: the pubsub validator, pushes and pulls check before they
+// apply.
+func (r *Replica) check(e *Signed, now time.Time) error { return r.Trust().Check(e, now) }
+
+// SetTrust replaces the trust list while the replica runs (tribe reload):
+// the state is loaded again from the store under the new list, as at
+// start, so entries of writers no longer trusted stop counting and stored
+// entries the old list skipped count again; watchers see each key whose
+// entry changed (New nil for a key that is gone). Entries the old list
+// refused on arrival were never stored: anti-entropy brings them back, and
+// peers cooling down for sending them are forgiven. It costs a signature
+// check per stored entry, under the replica's lock.
+func (r *Replica) SetTrust(t Trust) (changed int, err error) {
+	r.mu.Lock()
+	st := NewState(t)
+	loaded, skipped, err := LoadState(r.store, st)
+	if err != nil {
+		r.mu.Unlock()
+		return 0, err
+	}
+	old := r.state
+	var changes []*Change
+	for k, oe := range old.entries {
+		if ne := st.entries[k]; ne == nil || !sameVersion(oe, ne) {
+			changes = append(changes, &Change{Key: k, Old: oe, New: ne})
+		}
+	}
+	for k, ne := range st.entries {
+		if old.entries[k] == nil {
+			changes = append(changes, &Change{Key: k, New: ne})
+		}
+	}
+	slices.SortFunc(changes, func(a, b *Change) int { return strings.Compare(a.Key, b.Key) })
+	r.state = st
+	r.trust.Store(&t)
+	r.mu.Unlock()
+	r.penalties.forgive()
+	r.log.Info("trust list replaced; state loaded again", "entries", loaded, "skipped", skipped, "changed", len(changes))
+	r.notify(changes)
+	if p, ok := r.randomPeer(); ok && r.ctx != nil {
+		r.spawn(func() { r.pull(p) })
+	}
+	return len(changes), nil
+}
+
+func sameVersion(a, b *Signed) bool {
+	return a.HLC == b.HLC && a.Author == b.Author && a.Deleted == b.Deleted
+}
 
 // validate is the topic validator: it rejects (not ignores) anything that
 // does not open, is not authorised or is from the future, and counts why.
 func (r *Replica) validate(_ context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
 	e, err := Open(m.Data)
 	if err == nil {
-		err = r.state.Check(e, r.now()) // reads only the trust list: no lock needed
+		err = r.check(e, r.now())
 	}
 	if err != nil {
 		r.counters.reject(err)

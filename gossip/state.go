@@ -46,8 +46,13 @@ func (s *State) Trust() Trust { return s.trust }
 
 // Check validates an opened entry for this state: authorised author, and
 // (when now is not zero) a clock no more than MaxClockSkew ahead of now.
-func (s *State) Check(e *Signed, now time.Time) error {
-	if err := s.trust.Authorize(e.Key, e.Author); err != nil {
+func (s *State) Check(e *Signed, now time.Time) error { return s.trust.Check(e, now) }
+
+// Check validates an opened entry against this trust list: authorised
+// author, and (when now is not zero) a clock no more than MaxClockSkew
+// ahead of now.
+func (t Trust) Check(e *Signed, now time.Time) error {
+	if err := t.Authorize(e.Key, e.Author); err != nil {
 		return err
 	}
 	if !now.IsZero() && e.HLC.Wall().After(now.Add(MaxClockSkew)) {

@@ -29,6 +29,13 @@ type cooldown struct {
 	until map[peer.ID]time.Time
 }
 
+// forgive ends every cool-down.
+func (c *cooldown) forgive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.until)
+}
+
 // penalise puts p in cool-down until now+d.
 func (c *cooldown) penalise(p peer.ID, now time.Time, d time.Duration) {
 	c.mu.Lock()

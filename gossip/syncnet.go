@@ -242,7 +242,7 @@ func (r *Replica) applyFetched(raws [][]byte, wanted map[uint64]bool, st *SyncSt
 	for _, raw := range raws {
 		e, err := Open(raw)
 		if err == nil {
-			err = r.state.Check(e, now)
+			err = r.check(e, now)
 		}
 		if err != nil && disagreement(err) {
 			// Signed and well formed, but not for this node: an honest

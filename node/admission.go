@@ -176,7 +176,7 @@ func (n *Node) autoAdmitLoop() {
 		n.log.Error("auto-admit expression", "err", err)
 		return
 	}
-	trigger := make(chan struct{}, 1)
+	trigger := n.admitCh
 	poke := func(gossip.Change) {
 		select {
 		case trigger <- struct{}{}:
@@ -193,6 +193,9 @@ func (n *Node) autoAdmitLoop() {
 		case <-trigger:
 		}
 		rules := n.rules()
+		if rules.Status(n.host.ID()) != authority.Trusted {
+			continue // only a trusted writer admits; tribe reload may make this one
+		}
 		for _, e := range n.replica.Prefix(nodesPrefix) {
 			id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
 			if err != nil || rules.Status(id) != authority.Pending {

@@ -24,7 +24,7 @@ import (
 // watchers that are registered before any other (New), so every later
 // watcher of the same change sees it applied.
 type authState struct {
-	trusted map[peer.ID]bool
+	trusted atomic.Pointer[map[peer.ID]bool] // replaced whole by tribe reload
 
 	admMu    sync.RWMutex
 	admitted map[peer.ID]authority.Admission // by admitted/<peer>, updated one key at a time
@@ -55,10 +55,7 @@ type backing struct {
 // watcher is registered.
 func (n *Node) initAuthority() {
 	a := &n.auth
-	a.trusted = map[peer.ID]bool{}
-	for _, p := range n.replica.Trust().Peers() {
-		a.trusted[p] = true
-	}
+	a.setTrusted(n.replica.Trust())
 	a.admitted = map[peer.ID]authority.Admission{}
 	a.backed = map[string]backing{}
 	a.nameOf, a.byName, a.admName = map[peer.ID]string{}, map[string][]peer.ID{}, map[string][]peer.ID{}
@@ -127,9 +124,18 @@ func (a *authState) admittedName(id peer.ID) (string, bool) {
 	return adm.Name, ok && adm.State == authority.Admitted
 }
 
+// setTrusted takes the trust list the rules judge by.
+func (a *authState) setTrusted(t gossip.Trust) {
+	m := map[peer.ID]bool{}
+	for _, p := range t.Peers() {
+		m[p] = true
+	}
+	a.trusted.Store(&m)
+}
+
 // rules are the trust list and the admissions as of now.
 func (n *Node) rules() authority.Rules {
-	return authority.NewRules(n.auth.trusted, n.auth.admission)
+	return authority.NewRules(*n.auth.trusted.Load(), n.auth.admission)
 }
 
 // policyRefs are the policies in the state by name, read once per policy

@@ -117,6 +117,8 @@ type Node struct {
 	reloader Reloader
 	logLevel *slog.LevelVar
 	reloads  reloadCounters
+	pluginCh chan struct{} // pokes the plugin loop (pokePlugins)
+	admitCh  chan struct{} // pokes the auto-admit loop
 
 	peers      *peerBook   // what hello told us about connected peers
 	remembered *remembered // peers.json
@@ -182,6 +184,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	}
 	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(),
 		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1),
+		pluginCh: make(chan struct{}, 1), admitCh: make(chan struct{}, 1),
 		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1)}
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect
@@ -279,12 +282,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	}
 	rcfg := gossip.DefaultReplicaConfig("tribe/" + cfg.Cluster + "/state/1")
 	rcfg.SyncInterval = cfg.SyncInterval
-	var trusted []peer.ID
-	for _, s := range cfg.Trusted {
-		id, _ := peer.Decode(s) // Validate has checked it
-		trusted = append(trusted, id)
-	}
-	rcfg.Trust = gossip.NewTrust(trusted...)
+	rcfg.Trust = trustOf(cfg)
 	n.rngMu.Lock()
 	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.rngMu.Unlock()
@@ -396,11 +394,10 @@ func (n *Node) Start(ctx context.Context) error {
 	n.spawn(n.reconcileLoop)
 	n.spawn(n.pluginLoop)
 	if n.cfg.AutoAdmit != "" {
-		if n.replica.Trust().Trusted(n.host.ID()) {
-			n.spawn(n.autoAdmitLoop)
-		} else {
-			n.log.Warn("--auto-admit does nothing here: only a trusted writer admits nodes")
+		if !n.replica.Trust().Trusted(n.host.ID()) {
+			n.log.Warn("--auto-admit does nothing here while this node is not a trusted writer: only a trusted writer admits nodes")
 		}
+		n.spawn(n.autoAdmitLoop)
 	}
 	n.calls.Start()
 	n.running.Store(true)

@@ -113,13 +113,8 @@ func (s *pluginSet) closeAll() {
 // pluginLoop keeps the loaded plugins equal to what the state asks of
 // this node: every plugin of every tribe it is a member of.
 func (n *Node) pluginLoop() {
-	trigger := make(chan struct{}, 1)
-	poke := func(gossip.Change) {
-		select {
-		case trigger <- struct{}{}:
-		default:
-		}
-	}
+	trigger := n.pluginCh
+	poke := func(gossip.Change) { n.pokePlugins() }
 	// Only plugin entries and this node's own memberships change what it
 	// runs; other members' comings and goings do not.
 	self := "/members/" + n.host.ID().String() + "/"
@@ -146,6 +141,14 @@ func (n *Node) pluginLoop() {
 				n.log.Warn("publishing plugin states", "err", err)
 			}
 		}
+	}
+}
+
+// pokePlugins makes the plugin loop check what this node should run.
+func (n *Node) pokePlugins() {
+	select {
+	case n.pluginCh <- struct{}{}:
+	default:
 	}
 }
 

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
@@ -61,6 +65,7 @@ var (
 		{"facts_file", func(c Config) any { return c.FactsFile }},
 		{"log_level", func(c Config) any { return c.LogLevel }},
 		{"reconnect_timeout", func(c Config) any { return c.ReconnectTimeout }},
+		{"trusted", func(c Config) any { return trustOf(c).Peers() }},
 	}
 	restartSettings = []setting{
 		{"name", func(c Config) any { return c.Name }},
@@ -69,7 +74,6 @@ var (
 		{"join", func(c Config) any { return c.Join }},
 		{"mdns", func(c Config) any { return c.MDNS }},
 		{"swarm_key", func(c Config) any { return c.SwarmKeyFile }},
-		{"trusted", func(c Config) any { return c.Trusted }},
 		{"auto_admit", func(c Config) any { return c.AutoAdmit }},
 		{"target_peers", func(c Config) any { return c.TargetPeers }},
 		{"file_dir", func(c Config) any { return c.FileDir }},
@@ -143,13 +147,27 @@ func (n *Node) Reload(ctx context.Context) (api.ReloadResult, error) {
 		n.facts.refused.Add(1)
 		return api.ReloadResult{}, fmt.Errorf("%w (nothing changed)", refused(err))
 	}
-	// The record is the only step that can still fail: take the facts
-	// first, then swap the settings, so a refusal leaves everything as it was.
+	// Taking the trust list and writing the record are the steps that can
+	// still fail: the second undoes the first, so a refusal leaves
+	// everything as it was.
+	oldTrust := n.replica.Trust()
+	trustChanged := slices.Contains(changed, "trusted")
+	if trustChanged {
+		if err := n.setTrust(trustOf(reread)); err != nil {
+			n.reloads.refused.Add(1)
+			return api.ReloadResult{}, fmt.Errorf("node: trust list: %w (nothing changed)", err)
+		}
+	}
 	factsChanged, err := n.adoptFacts(ctx, facts)
 	if err != nil {
 		n.reloads.refused.Add(1)
 		if errors.Is(err, ErrFactsRefused) {
 			n.facts.refused.Add(1)
+		}
+		if trustChanged {
+			if terr := n.setTrust(oldTrust); terr != nil {
+				err = errors.Join(err, fmt.Errorf("restoring the trust list: %w", terr))
+			}
 		}
 		return api.ReloadResult{}, fmt.Errorf("%w (nothing changed)", err)
 	}
@@ -157,13 +175,7 @@ func (n *Node) Reload(ctx context.Context) (api.ReloadResult, error) {
 	if n.logLevel != nil {
 		n.logLevel.Set(level)
 	}
-	for _, s := range liveSettings {
-		for _, c := range changed {
-			if c == s.name {
-				applyLive(&n.inForce, reread, s.name)
-			}
-		}
-	}
+	applyLive(&n.inForce, reread)
 	if factsChanged {
 		n.triggerReconcile()
 	}
@@ -176,21 +188,49 @@ func (n *Node) Reload(ctx context.Context) (api.ReloadResult, error) {
 	return res, nil
 }
 
-// applyLive copies one live setting from reread into the running config,
-// so the next reload compares against what is in force.
-func applyLive(running *Config, reread Config, name string) {
-	switch name {
-	case "exec":
-		running.Exec = reread.Exec
-	case "fact":
-		running.Facts = reread.Facts
-	case "facts_file":
-		running.FactsFile = reread.FactsFile
-	case "log_level":
-		running.LogLevel = reread.LogLevel
-	case "reconnect_timeout":
-		running.ReconnectTimeout = reread.ReconnectTimeout
+// applyLive copies the live settings from reread into the config in
+// force, so the next reload compares against what is applied.
+func applyLive(inForce *Config, reread Config) {
+	inForce.Exec, inForce.Facts, inForce.FactsFile = reread.Exec, reread.Facts, reread.FactsFile
+	inForce.LogLevel, inForce.ReconnectTimeout, inForce.Trusted = reread.LogLevel, reread.ReconnectTimeout, reread.Trusted
+}
+
+// trustOf is the trust list a config names (Validate has checked the IDs).
+func trustOf(c Config) gossip.Trust {
+	var ids []peer.ID
+	for _, s := range c.Trusted {
+		if id, err := peer.Decode(s); err == nil {
+			ids = append(ids, id)
+		}
 	}
+	return gossip.NewTrust(ids...)
+}
+
+// setTrust puts a trust list in force: the replica loads its state again
+// under it (watchers see what changed), the rules judge by it, and what
+// depends on this node's own standing (the plugins it runs, its policy
+// memberships, auto-admission) is checked again.
+func (n *Node) setTrust(t gossip.Trust) error {
+	if _, err := n.replica.SetTrust(t); err != nil {
+		return err
+	}
+	n.auth.setTrusted(t)
+	n.auth.mu.Lock()
+	n.auth.policyGen++ // which policies exist may have changed
+	clear(n.auth.backed)
+	n.auth.mu.Unlock()
+	n.pokePlugins()
+	n.triggerReconcile()
+	select {
+	case n.admitCh <- struct{}{}:
+	default:
+	}
+	if t.Open() {
+		n.log.Warn("no trust list: every peer that can connect may write tribe state and call every plugin (set --trusted, and a swarm key)")
+	} else {
+		n.log.Info("trust list in force", "trusted", len(t.Peers()), "this node", string(n.rules().Status(n.host.ID())))
+	}
+	return nil
 }
 
 // reloadCounters count reloads done and refused.

@@ -32,10 +32,10 @@ func TestReloadDiff(t *testing.T) {
 			[]string{"log_level", "reconnect_timeout"}, nil},
 		{"facts", func(c *Config) { c.FactsFile, c.Facts = "/etc/tribe/facts.yaml", policy.Facts{"tier": "gold"} },
 			[]string{"fact", "facts_file"}, nil},
-		{"listen and trusted need a restart", func(c *Config) {
+		{"trusted writers change live, listen needs a restart", func(c *Config) {
 			c.ListenAddrs = []string{"/ip4/0.0.0.0/tcp/5001"}
 			c.Trusted = []string{"12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X"}
-		}, nil, []string{"listen", "trusted"}},
+		}, []string{"trusted"}, []string{"listen"}},
 		{"a name left unset is the running one", func(c *Config) { c.Name = "" }, nil, nil},
 		{"a name set to another one needs a restart", func(c *Config) { c.Name = "web-2" }, nil, []string{"name"}},
 		{"no commands is the same as an empty table", func(c *Config) { c.Exec.Commands = map[string]plugins.Command{} }, nil, nil},
@@ -163,5 +163,67 @@ func TestReloadWithoutReloader(t *testing.T) {
 	n := startNode(t, loopbackConfig(t, "a"))
 	if _, err := n.Reload(context.Background()); !errors.Is(err, ErrNoReload) {
 		t.Errorf("reload with no Reloader: %v", err)
+	}
+}
+
+// Trusted writers change live: a node that is no longer one loses what it
+// wrote as one and may not write more; trusted again, it has it back.
+func TestReloadChangesTrustedWriters(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	c := loopbackConfig(t, "a")
+	reloader := func() (Config, error) {
+		r := loopbackConfig(t, "a")
+		r.DataDir, r.ListenAddrs = c.DataDir, c.ListenAddrs
+		if err := LoadConfigFile(file, &r); err != nil {
+			return r, err
+		}
+		return r, r.Validate()
+	}
+	os.WriteFile(file, nil, 0o600)
+	n := startNodeDeps(t, c, Deps{Reload: reloader})
+	if _, err := n.CreateTribe(ctx, "core"); err != nil {
+		t.Fatal(err)
+	}
+	other := "12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X"
+	os.WriteFile(file, []byte("trusted: ["+other+"]\n"), 0o600)
+	res, err := n.Reload(ctx)
+	if err != nil || !slices.Equal(res.Changed, []string{"trusted"}) {
+		t.Fatalf("reload to another trusted writer: %+v, %v", res, err)
+	}
+	if st, _ := n.Status(ctx); st.Trust != "list" || !slices.Equal(st.Trusted, []string{other}) || st.Admission != "pending" {
+		t.Errorf("status after reload: trust %s %v, this node %s", st.Trust, st.Trusted, st.Admission)
+	}
+	if _, err := n.Tribe(ctx, "core"); err == nil {
+		t.Error("the tribe this node created as a trusted writer still counts")
+	}
+	if _, err := n.CreateTribe(ctx, "web"); err == nil || !strings.Contains(err.Error(), "trusted writer") {
+		t.Errorf("create by a node no longer trusted: %v", err)
+	}
+	os.WriteFile(file, nil, 0o600)
+	if res, err := n.Reload(ctx); err != nil || !slices.Equal(res.Changed, []string{"trusted"}) {
+		t.Fatalf("reload back to open trust: %+v, %v", res, err)
+	}
+	if _, err := n.Tribe(ctx, "core"); err != nil {
+		e, ok := n.replica.Get("tribes/core")
+		t.Errorf("the stored tribe did not come back under open trust: %v (%v %v, %v)", err, e, ok, n.replica.Trust().Open())
+	}
+}
+
+// applyLive copies every live setting: once applied, a reload of the same
+// config finds no live change (only the restart ones stay different).
+func TestApplyLiveCopiesEveryLiveSetting(t *testing.T) {
+	inForce, reread := DefaultConfig(), DefaultConfig()
+	reread.Exec.Commands = map[string]plugins.Command{"uptime": {Argv: []string{"uptime"}}}
+	reread.Facts, reread.FactsFile = policy.Facts{"tier": "gold"}, "/etc/tribe/facts.yaml"
+	reread.LogLevel, reread.ReconnectTimeout = "debug", time.Hour
+	reread.Trusted = []string{"12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X"}
+	reread.TargetPeers = 3
+	if changed, _ := reloadDiff(inForce, reread); len(changed) != len(liveSettings) {
+		t.Fatalf("the test changes %v, not every live setting", changed)
+	}
+	applyLive(&inForce, reread)
+	if changed, restart := reloadDiff(inForce, reread); len(changed) != 0 || !slices.Equal(restart, []string{"target_peers"}) {
+		t.Errorf("after applyLive: changed %v, restart %v", changed, restart)
 	}
 }

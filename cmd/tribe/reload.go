@@ -14,11 +14,12 @@ func reloadCommand() *cli.Command {
 		Description: `The agent reads its configuration again the way it was built at start (the
 config file given with --config, then its command-line flags) and applies,
 all or nothing, what can change while it runs: the exec plugin's commands
-(exec), user facts (facts_file, --fact), log_level and reconnect_timeout;
+(exec), user facts (facts_file, --fact), log_level, reconnect_timeout and
+the trusted writers (trusted: the state is loaded again under the new list);
 then it collects its facts again and re-evaluates the policies. A file that
 does not parse or validate, or facts that are refused, change nothing and
 the command fails. Settings that differ but need a restart (name, cluster,
-listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, file_dir,
+listen, join, mdns, swarm_key, auto_admit, target_peers, file_dir,
 file_max_bytes, log_format, metrics_addr) keep their running values and are
 listed.`,
 		Action: func(c *cli.Context) error {

@@ -1,0 +1,88 @@
+package gossip
+
+import (
+	"crypto/rand"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// SetTrust loads the state again under the new list: entries of writers no
+// longer trusted stop counting (watchers see them go), stored entries come
+// back when their writer is trusted again, and arriving entries are checked
+// against the new list.
+func TestSetTrustReloadsTheStateUnderTheNewList(t *testing.T) {
+	n := newTestNet(t)
+	r := n.r
+	writer := func() (crypto.PrivKey, peer.ID) {
+		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := peer.IDFromPrivateKey(k)
+		return k, id
+	}
+	ka, a := writer()
+	kb, _ := writer()
+	hlc := MakeHLC(n.clock.now().UnixMilli(), 0)
+	for key, k := range map[string]crypto.PrivKey{"tribes/x": ka, "tribes/y": kb} {
+		s, err := Sign(Entry{Key: key, Value: []byte("v"), HLC: hlc}, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.applyRemote([]*Signed{s}) != 1 {
+			t.Fatalf("%s not applied under open trust", key)
+		}
+	}
+	var mu sync.Mutex
+	var seen []string
+	cancel := r.Watch("tribes/", func(c Change) {
+		mu.Lock()
+		defer mu.Unlock()
+		state := "changed"
+		if c.New == nil {
+			state = "gone"
+		} else if c.Old == nil {
+			state = "back"
+		}
+		seen = append(seen, c.Key+" "+state)
+	})
+	defer cancel()
+
+	changed, err := r.SetTrust(NewTrust(a))
+	if err != nil || changed != 1 {
+		t.Fatalf("SetTrust(a): %d changed, %v", changed, err)
+	}
+	if _, ok := r.Get("tribes/y"); ok {
+		t.Error("b's entry still counts once only a is trusted")
+	}
+	if _, ok := r.Get("tribes/x"); !ok {
+		t.Error("a's entry is gone")
+	}
+	if !r.Trust().Trusted(a) || r.Trust().Open() {
+		t.Errorf("trust list in force: %v", r.Trust().Peers())
+	}
+	late, _ := Sign(Entry{Key: "tribes/z", Value: []byte("v"), HLC: hlc}, kb)
+	if err := r.check(late, n.clock.now()); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("b's new entry under the new list: %v", err)
+	}
+	if _, err := r.Put(t.Context(), "tribes/own", []byte("v")); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("this node, no longer trusted, writes a tribe: %v", err)
+	}
+
+	if changed, err := r.SetTrust(NewTrust()); err != nil || changed != 1 {
+		t.Fatalf("SetTrust(open): %d changed, %v", changed, err)
+	}
+	if _, ok := r.Get("tribes/y"); !ok {
+		t.Error("b's stored entry did not come back under open trust")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"tribes/y gone", "tribes/y back"}; !slices.Equal(seen, want) {
+		t.Errorf("watchers saw %v, want %v", seen, want)
+	}
+}

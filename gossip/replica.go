@@ -187,8 +187,10 @@ const (
 // heartbeat grafts those very peers into the mesh and gossip skips mesh
 // peers — and waited for the periodic anti-entropy (seen: 30 s). Drops,
 // if not nil, counts what pubsub drops under load.
-func PubSubOptions(drops *Drops) []pubsub.Option {
+func PubSubOptions(topic string, drops *Drops) []pubsub.Option {
+	params, thresholds := scoreParams(topic)
 	opts := []pubsub.Option{
+		pubsub.WithPeerScore(params, thresholds),
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string {
@@ -465,10 +467,26 @@ func (r *Replica) validate(_ context.Context, from peer.ID, m *pubsub.Message) p
 	if err != nil {
 		r.counters.reject(err)
 		r.log.Debug("rejected entry from pubsub", "from", from, "err", err)
-		return pubsub.ValidationReject
+		if honestMayRelay(err, e, from) {
+			return pubsub.ValidationIgnore // dropped, not scored
+		}
+		return pubsub.ValidationReject // dropped, and from's score falls
 	}
 	m.ValidatorData = e
 	return pubsub.ValidationAccept
+}
+
+// honestMayRelay reports whether an honest peer could have sent an entry
+// refused with err: one signed and well formed that its own rules allow
+// and ours do not (another version's key kinds, a trust list being rolled
+// out, a clock ahead), written by someone else. Bytes that do not open or
+// verify, oversized ones, and the sender's own entries that break the
+// rules are its doing: pubsub rejects them and lowers its score.
+func honestMayRelay(err error, e *Signed, from peer.ID) bool {
+	if !disagreement(err) {
+		return false
+	}
+	return !errors.Is(err, ErrUnauthorized) || e.Author != from
 }
 
 // receive applies validated entries from the topic. Entries that queued

@@ -88,6 +88,8 @@ type testNet struct {
 	h     host.Host
 	clock *testClock
 	logs  *warnCounter
+	// psOpts are added to the replica's pubsub options.
+	psOpts []pubsub.Option
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -121,7 +123,7 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ps, err := pubsub.NewGossipSub(ctx, h, PubSubOptions(nil)...)
+	ps, err := pubsub.NewGossipSub(ctx, h, append(PubSubOptions(cfg.Topic, nil), n.psOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,9 @@ type Deps struct {
 	LogLevel *slog.LevelVar
 }
 
+// stateTopic is the pubsub topic of a cluster's replicated state.
+func stateTopic(cluster string) string { return "tribe/" + cluster + "/state/1" }
+
 // Node is a running tribe agent. Its methods are safe for concurrent use.
 type Node struct {
 	cfg      Config // as started; see live and running for what reloads change
@@ -280,7 +283,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	if n.store, err = gossip.OpenStore(filepath.Join(cfg.DataDir, gossip.StoreFile), cfg.StateNoSync); err != nil {
 		return nil, err
 	}
-	rcfg := gossip.DefaultReplicaConfig("tribe/" + cfg.Cluster + "/state/1")
+	rcfg := gossip.DefaultReplicaConfig(stateTopic(cfg.Cluster))
 	rcfg.SyncInterval = cfg.SyncInterval
 	rcfg.Trust = trustOf(cfg)
 	n.rngMu.Lock()
@@ -343,7 +346,7 @@ func (n *Node) Start(ctx context.Context) error {
 	// Pubsub before any connection: it does not see peers that connected
 	// before it existed.
 	var err error
-	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions(&n.drops)...); err != nil {
+	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions(stateTopic(n.cfg.Cluster), &n.drops)...); err != nil {
 		return fmt.Errorf("node: pubsub: %w", err)
 	}
 	if err := n.replica.Start(n.pubsub); err != nil {

@@ -144,6 +144,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["name_taken"] = n.auth.nameTaken.Load()
 	out["facts_refused"] = n.facts.refused.Load()
 	out["reload_refused"] = n.reloads.refused.Load()
+	out["mdns_finds_skipped"] = n.mdnsGate.skipped.Load()
 	for code, c := range n.calls.Refused() {
 		out["call_"+string(code)] = c
 	}

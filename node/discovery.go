@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/discovery"
@@ -31,8 +32,60 @@ func rendezvous(cluster string) string { return "tribe/" + cluster }
 
 type mdnsNotifee struct{ n *Node }
 
-// HandlePeerFound dials a peer mDNS found. mDNS calls it from its own
-// goroutine and it must not block, so the dial runs on its own.
+// mDNS finds are dialled through a gate: on a LAN of a thousand hosts
+// booting at once every host finds every other, and dialling each find at
+// once would open a thousand connections per host in the same second,
+// which the connection manager then trims. The gate keeps at most
+// mdnsDialsInFlight dials going, spreads each over a random wait of up to
+// mdnsDialSpread, and skips finds while it is full or while the node has
+// ConnHigh peers already; mDNS announces again (every 10 s) and the DHT
+// and peer exchange find the rest.
+const (
+	mdnsDialsInFlight = 8
+	mdnsDialSpread    = time.Second
+)
+
+// mdnsGate is the gate's state; its counters show in tribe status.
+type mdnsGate struct {
+	mu       sync.Mutex
+	inFlight int
+	pending  map[peer.ID]bool // finds being dialled, so a repeat is not dialled twice
+	maxSeen  int              // the most dials in flight at once (tests)
+
+	dialled, skipped atomic.Int64
+}
+
+// admit reports whether a find of p may be dialled now, and takes a slot.
+func (g *mdnsGate) admit(p peer.ID, peers, connHigh int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[p] {
+		return false // already being dialled: not a skip
+	}
+	if g.inFlight >= mdnsDialsInFlight || peers >= connHigh {
+		g.skipped.Add(1)
+		return false
+	}
+	if g.pending == nil {
+		g.pending = map[peer.ID]bool{}
+	}
+	g.pending[p] = true
+	g.inFlight++
+	g.maxSeen = max(g.maxSeen, g.inFlight)
+	g.dialled.Add(1)
+	return true
+}
+
+func (g *mdnsGate) done(p peer.ID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.pending, p)
+	g.inFlight--
+}
+
+// HandlePeerFound dials a peer mDNS found, through the gate. mDNS calls it
+// from its own goroutine and it must not block, so the dial runs on its
+// own.
 func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 	n := m.n
 	if ai.ID == n.host.ID() || n.host.Network().Connectedness(ai.ID) == network.Connected {
@@ -43,7 +96,20 @@ func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 		return
 	default:
 	}
+	if !n.mdnsGate.admit(ai.ID, len(n.host.Network().Peers()), n.cfg.ConnHigh) {
+		return
+	}
+	n.rngMu.Lock()
+	wait := time.Duration(n.rng.Int64N(int64(mdnsDialSpread)))
+	n.rngMu.Unlock()
 	n.spawn(func() {
+		defer n.mdnsGate.done(ai.ID)
+		if !n.sleep(wait) {
+			return
+		}
+		if n.host.Network().Connectedness(ai.ID) == network.Connected {
+			return // it dialled us meanwhile
+		}
 		if err := n.connect(ai); err != nil {
 			n.log.Debug("mdns: dial", "peer", ai.ID, "err", err)
 			return

@@ -126,8 +126,9 @@ type Node struct {
 	peers      *peerBook   // what hello told us about connected peers
 	remembered *remembered // peers.json
 
-	dht  *dht.IpfsDHT
-	mdns mdns.Service
+	dht      *dht.IpfsDHT
+	mdns     mdns.Service
+	mdnsGate mdnsGate
 
 	key      crypto.PrivKey
 	store    *gossip.Store

@@ -136,7 +136,10 @@ type Node struct {
 	pubsub   *pubsub.PubSub
 	presence presence
 	badHello atomic.Int64
-	drops    gossip.Drops // what pubsub drops under load
+	// callConnsClosed counts connections opened for a call and closed
+	// after it (releaseCallConn).
+	callConnsClosed atomic.Int64
+	drops           gossip.Drops // what pubsub drops under load
 
 	helloWarn *warnLimit // at most one bad-hello warning per peer a minute
 	authWarn  *warnLimit // at most one warning per author a minute (authority.go)

@@ -535,10 +535,29 @@ func (n *Node) callOne(ctx context.Context, t callTarget, req plugins.Request) p
 		}
 		return n.calls.Serve(ctx, n.host.ID(), req)
 	}
-	if n.host.Network().Connectedness(t.id) != network.Connected {
+	fresh := n.host.Network().Connectedness(t.id) != network.Connected
+	if fresh {
 		n.learnAddrs(t.id, t.addrs)
 	}
-	return plugins.Call(ctx, n.host, t.id, req)
+	resp := plugins.Call(ctx, n.host, t.id, req)
+	if fresh {
+		n.releaseCallConn(t.id)
+	}
+	return resp
+}
+
+// releaseCallConn closes the connection a call opened to p, once the node
+// has ConnLow peers besides: a fan-out to 5,000 hosts then holds at most
+// CallParallel connections of its own at a time, instead of one per host
+// until the connection manager's one-minute grace period ends (which the
+// outbound connection limit would refuse first). A peer protected by
+// another part of the node (a --join peer) keeps its connection.
+func (n *Node) releaseCallConn(p peer.ID) {
+	if len(n.host.Network().Peers()) <= n.cfg.ConnLow || n.host.ConnManager().IsProtected(p, "") {
+		return
+	}
+	n.host.Network().ClosePeer(p)
+	n.callConnsClosed.Add(1)
 }
 
 func (n *Node) callID() string {

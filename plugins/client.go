@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -32,6 +33,11 @@ func Call(ctx context.Context, h host.Host, p peer.ID, req Request) Response {
 	if err != nil {
 		if r, ok := ctxFailure(ctx, req.ID); ok {
 			return r
+		}
+		if errors.Is(err, network.ErrResourceLimitExceeded) {
+			// Ours or the callee's: the error names the scope and the
+			// resource (README, "Connection and stream limits").
+			return Response{ID: req.ID, Code: CodeBusy, Error: "a connection or stream limit is reached, try again or call fewer nodes at once: " + err.Error()}
 		}
 		return Response{ID: req.ID, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error()}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,5 +138,26 @@ collect:
 	}
 	if counted := srv.Refused()[CodeBusy]; counted != int64(busy) {
 		t.Errorf("the callee counted %d busy refusals, the caller got %d", counted, busy)
+	}
+}
+
+// A call that meets a resource limit on the caller's side says so, as
+// busy, naming the scope, instead of a bare "cannot reach".
+func TestCallAtTheOutboundLimitSaysSo(t *testing.T) {
+	callee := callHost(t)
+	cfg := rcmgr.PartialLimitConfig{System: rcmgr.ResourceLimits{ConnsOutbound: rcmgr.BlockAllLimit}}
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(cfg.Build(rcmgr.DefaultLimits.Scale(1<<30, 1024))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(), libp2p.ResourceManager(rm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { caller.Close() })
+	caller.Peerstore().AddAddrs(callee.ID(), callee.Addrs(), time.Minute)
+	r := Call(context.Background(), caller, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo"})
+	if r.Code != CodeBusy || !strings.Contains(r.Error, "limit") || !strings.Contains(r.Error, "system") {
+		t.Errorf("a call past the outbound connection limit: %+v", r)
 	}
 }

@@ -67,6 +67,10 @@ type Config struct {
 	TargetPeers int
 	// ConnLow and ConnHigh are the connection manager's water marks.
 	ConnLow, ConnHigh int
+	// ConnsPerIP caps the connections with one IPv4 address or IPv6 /56,
+	// both ways (see limitsFor); 0 means 2 × ConnHigh. Raise it for a site
+	// where more agents than that share one public address (a NAT).
+	ConnsPerIP int
 	// DiscoveryInterval is how often the node looks for more peers while it
 	// has fewer than TargetPeers; it checks ten times less often otherwise.
 	DiscoveryInterval time.Duration
@@ -199,6 +203,9 @@ func (c Config) Validate() error {
 	}
 	if c.TargetPeers < 1 {
 		bad("target peers must be at least 1, not %d", c.TargetPeers)
+	}
+	if c.ConnsPerIP < 0 {
+		bad("connections per IP must not be negative, not %d", c.ConnsPerIP)
 	}
 	if c.ConnLow < 1 || c.ConnHigh < c.ConnLow {
 		bad("connection water marks must satisfy 1 <= low (%d) <= high (%d)", c.ConnLow, c.ConnHigh)

@@ -38,6 +38,7 @@ type FileConfig struct {
 	// ReconnectTimeout is a Go duration ("72h", "30m").
 	ReconnectTimeout *time.Duration `yaml:"reconnect_timeout"`
 	MetricsAddr      *string        `yaml:"metrics_addr"`
+	ConnsPerIP       *int           `yaml:"conns_per_ip"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -78,6 +79,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	set(&cfg.LogFormat, f.LogFormat)
 	set(&cfg.ReconnectTimeout, f.ReconnectTimeout)
 	set(&cfg.MetricsAddr, f.MetricsAddr)
+	set(&cfg.ConnsPerIP, f.ConnsPerIP)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"math"
 	"net/netip"
 	"syscall"
@@ -85,7 +86,7 @@ type hostLimits struct {
 //	in the handshake              512, at most 64 per IPv4 address or IPv6 /56
 //	established inbound           1,024   8 × ConnHigh
 //	established outbound          1,024   8 × ConnHigh
-//	per address (both ways)       256     2 × ConnHigh, 10 new per second after that burst
+//	per address (both ways)       256     2 × ConnHigh (or ConnsPerIP), 10 new per second after that burst
 //	streams per peer              384 each way, 512 in all; 256 each way of the call protocol
 //	streams in all                2,048 each way, 4,096 in all (transient ones too)
 //	file descriptors              2,560   every connection, handshakes included
@@ -101,7 +102,7 @@ func limitsFor(c Config) hostLimits {
 		HandshakesPerIP:  handshakesPerIP,
 		Inbound:          8 * c.ConnHigh,
 		Outbound:         8 * c.ConnHigh,
-		PerIP:            2 * c.ConnHigh,
+		PerIP:            cmp.Or(c.ConnsPerIP, 2*c.ConnHigh),
 		PerIPRate:        10,
 		PeerStreams:      plugins.CallStreamsPerPeer + 128,
 		PeerStreamsAll:   2 * plugins.CallStreamsPerPeer,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,6 +286,16 @@ func TestLimitsTable(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s: %d, the table says %d", c.what, c.got, c.want)
 		}
+	}
+
+	c := DefaultConfig()
+	c.ConnsPerIP = 2000
+	if got := limitsFor(c).PerIP; got != 2000 {
+		t.Errorf("per address with ConnsPerIP 2000: %d", got)
+	}
+	c.ConnsPerIP = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "connections per IP") {
+		t.Errorf("a negative ConnsPerIP: %v", err)
 	}
 
 	for _, high := range []int{16, 128, 1000} {

@@ -80,6 +80,7 @@ var (
 		{"file_max_bytes", func(c Config) any { return c.FileMaxBytes }},
 		{"log_format", func(c Config) any { return c.LogFormat }},
 		{"metrics_addr", func(c Config) any { return c.MetricsAddr }},
+		{"conns_per_ip", func(c Config) any { return c.ConnsPerIP }},
 		{"data_dir", func(c Config) any { return c.DataDir }},
 	}
 )

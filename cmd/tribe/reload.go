@@ -20,7 +20,7 @@ then it collects its facts again and re-evaluates the policies. A file that
 does not parse or validate, or facts that are refused, change nothing and
 the command fails. Settings that differ but need a restart (name, cluster,
 listen, join, mdns, swarm_key, auto_admit, target_peers, file_dir,
-file_max_bytes, log_format, metrics_addr) keep their running values and are
+file_max_bytes, log_format, metrics_addr, conns_per_ip) keep their running values and are
 listed.`,
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {

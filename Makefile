@@ -12,7 +12,9 @@ endif
 # Static, no cgo (no libc mapped into every agent), paths trimmed, symbol
 # tables dropped: a smaller binary maps fewer pages per agent.
 export CGO_ENABLED ?= 0
-GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X github.com/tribeagent/tribe/node.Version=$(VERSION)"
+# urfave_cli_no_docs leaves out urfave/cli's man page and markdown
+# generator (and the markdown renderer it links), which tribe never uses.
+GOFLAGS_BUILD := -trimpath -tags urfave_cli_no_docs -ldflags "-s -w -X github.com/tribeagent/tribe/node.Version=$(VERSION)"
 ARGS      ?=
 
 # make install: the binary in $(DESTDIR)$(BINDIR); with INSTALL_UNIT=1 also

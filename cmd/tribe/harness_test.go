@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	}
 	tribeBin = filepath.Join(dir, "tribe")
 	// Built as `make build` does, so memory figures match what users run.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", tribeBin, ".")
+	build := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-ldflags", "-s -w", "-o", tribeBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

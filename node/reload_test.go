@@ -75,6 +75,19 @@ func execList(t *testing.T, n *Node) []string {
 	return names
 }
 
+// fileReloader does what the agent's Reloader does: defaults, then the
+// config file, then the flags (here: c's loopback settings).
+func fileReloader(t *testing.T, c Config, file string) Reloader {
+	return func() (Config, error) {
+		r := loopbackConfig(t, c.Name)
+		r.DataDir, r.ListenAddrs = c.DataDir, c.ListenAddrs
+		if err := LoadConfigFile(file, &r); err != nil {
+			return r, err
+		}
+		return r, r.Validate()
+	}
+}
+
 func TestReloadAppliesLiveSettingsAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -86,16 +99,7 @@ func TestReloadAppliesLiveSettingsAllOrNothing(t *testing.T) {
 		}
 	}
 	c := loopbackConfig(t, "a")
-	// What the agent's Reloader does: defaults, the file, then flags
-	// (here: the test's loopback settings).
-	reloader := func() (Config, error) {
-		r := loopbackConfig(t, "a")
-		r.DataDir, r.ListenAddrs = c.DataDir, c.ListenAddrs
-		if err := LoadConfigFile(file, &r); err != nil {
-			return r, err
-		}
-		return r, r.Validate()
-	}
+	reloader := fileReloader(t, c, file)
 	write("exec:\n  commands:\n    hello: {argv: [echo, hello]}\nlog_level: warn\n")
 	c, err := reloader()
 	if err != nil {
@@ -172,14 +176,7 @@ func TestReloadChangesTrustedWriters(t *testing.T) {
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "agent.yaml")
 	c := loopbackConfig(t, "a")
-	reloader := func() (Config, error) {
-		r := loopbackConfig(t, "a")
-		r.DataDir, r.ListenAddrs = c.DataDir, c.ListenAddrs
-		if err := LoadConfigFile(file, &r); err != nil {
-			return r, err
-		}
-		return r, r.Validate()
-	}
+	reloader := fileReloader(t, c, file)
 	os.WriteFile(file, nil, 0o600)
 	n := startNodeDeps(t, c, Deps{Reload: reloader})
 	if _, err := n.CreateTribe(ctx, "core"); err != nil {

@@ -135,6 +135,17 @@ func (a *agentProc) stop() error {
 	}
 }
 
+// run runs a tribe command against the agent and fails the test unless it
+// exits with want; it returns what the command printed, stdout then stderr.
+func (a *agentProc) run(want int, args ...string) string {
+	a.t.Helper()
+	out, stderr, code := tribe(append(args, "--data-dir", a.dir)...)
+	if code != want {
+		a.t.Fatalf("tribe %s: exit %d, want %d: %s%s", strings.Join(args, " "), code, want, out, stderr)
+	}
+	return out + stderr
+}
+
 // status runs `tribe status --json` against the agent.
 func (a *agentProc) status() api.Status {
 	a.t.Helper()

@@ -15,14 +15,7 @@ import (
 func TestDeleteTribeWithPlugins(t *testing.T) {
 	a := newAgent(t, "n1")
 	a.start()
-	run := func(want int, args ...string) string {
-		t.Helper()
-		out, stderr, code := tribe(append(args, "--data-dir", a.dir)...)
-		if code != want {
-			t.Fatalf("tribe %s: exit %d, want %d: %s%s", strings.Join(args, " "), code, want, out, stderr)
-		}
-		return out + stderr
-	}
+	run := a.run
 	run(0, "create", "core")
 	run(0, "join", "core", "n1")
 	run(0, "plugin", "load", "echo", "--tribe", "core")

@@ -28,14 +28,7 @@ func TestReloadAndSIGHUPReadTheConfigFileAgain(t *testing.T) {
 	write("exec:\n  commands:\n    first: {argv: [echo, first]}\n")
 	a.args = append(a.args, "--config", file)
 	a.start()
-	run := func(want int, args ...string) string {
-		t.Helper()
-		out, stderr, code := tribe(append(args, "--data-dir", a.dir)...)
-		if code != want {
-			t.Fatalf("tribe %s: exit %d, want %d: %s%s", strings.Join(args, " "), code, want, out, stderr)
-		}
-		return out + stderr
-	}
+	run := a.run
 	run(0, "create", "core")
 	run(0, "join", "core", "n1")
 	run(0, "plugin", "load", "exec", "--tribe", "core")

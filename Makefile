@@ -60,6 +60,7 @@ fuzz:
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/tasks -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME)
 
 # Speed and memory, as ratios measured side by side in one run. The last
 # line measures the sim's spread of writes and policies in simulated time

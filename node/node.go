@@ -60,6 +60,7 @@ import (
 	"github.com/tribeagent/tribe/node/api/events"
 	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/tasks"
 	"github.com/tribeagent/tribe/policy"
 )
 
@@ -151,6 +152,7 @@ type Node struct {
 
 	registry *plugins.Registry
 	plugins  pluginSet
+	tasks    taskSet
 	calls    *plugins.Server
 	names    sync.Map // peer.ID -> cachedName (tribes.go)
 	auth     authState
@@ -199,6 +201,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n.live.Store(liveOf(cfg))
 	n.inForce, n.reloader, n.logLevel = cfg, deps.Reload, deps.LogLevel
 	n.plugins.loaded = map[string]*loadedPlugin{}
+	n.tasks.running, n.tasks.status = map[string]*taskRun{}, map[string]tasks.Status{}
 	if n.registry = deps.Plugins; n.registry == nil {
 		fileDir := cfg.FileDir
 		if fileDir == "" {
@@ -400,6 +403,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.spawn(n.factsLoop)
 	n.spawn(n.reconcileLoop)
 	n.spawn(n.pluginLoop)
+	n.spawn(n.taskLoop)
 	if n.cfg.AutoAdmit != "" {
 		if !n.replica.Trust().Trusted(n.host.ID()) {
 			n.log.Warn("--auto-admit does nothing here while this node is not a trusted writer: only a trusted writer admits nodes")

@@ -162,23 +162,7 @@ type wantedPlugin struct {
 // wantedPlugins reads from the state what this node should run, by
 // "<tribe>/<plugin>".
 func (n *Node) wantedPlugins() map[string]wantedPlugin {
-	self := n.host.ID()
-	rules := n.rules()
-	member := map[string]bool{}
-	var entries []*gossip.Signed
-	for _, e := range n.replica.Prefix(tribesPrefix) {
-		segs := strings.Split(e.Key, "/")
-		switch {
-		case len(segs) == 5 && segs[2] == "members" && segs[3] == self.String():
-			// This node runs a tribe's plugins only where its own
-			// membership counts: admitted, and backed by a policy.
-			if len(n.memberVia(rules, segs[1], self, segs[4], e)) > 0 {
-				member[segs[1]] = true
-			}
-		case len(segs) == 4 && segs[2] == "plugins":
-			entries = append(entries, e)
-		}
-	}
+	member, entries := n.ownTribesAnd("plugins")
 	want := map[string]wantedPlugin{}
 	for _, e := range entries {
 		segs := strings.Split(e.Key, "/")
@@ -194,6 +178,28 @@ func (n *Node) wantedPlugins() map[string]wantedPlugin {
 		want[segs[1]+"/"+segs[3]] = w
 	}
 	return want
+}
+
+// ownTribesAnd returns the tribes where this node's own membership counts
+// (admitted, and backed by a policy or a trusted writer: the only tribes
+// whose plugins and tasks it runs), and the entries tribes/<t>/<kind>/<x>
+// of every tribe, in one pass over the state.
+func (n *Node) ownTribesAnd(kind string) (member map[string]bool, entries []*gossip.Signed) {
+	self := n.host.ID()
+	rules := n.rules()
+	member = map[string]bool{}
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		segs := strings.Split(e.Key, "/")
+		switch {
+		case len(segs) == 5 && segs[2] == "members" && segs[3] == self.String():
+			if len(n.memberVia(rules, segs[1], self, segs[4], e)) > 0 {
+				member[segs[1]] = true
+			}
+		case len(segs) == 4 && segs[2] == kind:
+			entries = append(entries, e)
+		}
+	}
+	return member, entries
 }
 
 // syncPlugins loads, reloads and unloads to match wantedPlugins, and

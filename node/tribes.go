@@ -14,6 +14,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/tasks"
 	"github.com/tribeagent/tribe/policy"
 )
 
@@ -28,6 +29,8 @@ type nodeRecord struct {
 	// Plugins is how loading went for each "<tribe>/<plugin>" this node
 	// was asked to run (see plugins.go).
 	Plugins map[string]pluginStatus `json:"plugins,omitempty"`
+	// Tasks is how each "<tribe>/<task>" this node runs goes (tasks.go).
+	Tasks map[string]tasks.Status `json:"tasks,omitempty"`
 	// Left says the node left the cluster cleanly at LeftAt (its clock):
 	// the last record it writes before it stops (see reap.go).
 	Left   bool      `json:"left,omitempty"`
@@ -102,7 +105,7 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 		return nil, fmt.Errorf("node: encode facts: %w", err)
 	}
 	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: fb,
-		Plugins: n.plugins.status(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
+		Plugins: n.plugins.status(), Tasks: n.tasks.statuses(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("node: encode own record: %w", err)

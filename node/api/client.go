@@ -180,6 +180,45 @@ func (c *Client) LeaveCluster(ctx context.Context) (LeaveResult, error) {
 	return res, err
 }
 
+// CreateTask writes a task for a tribe from its manifest (YAML or JSON).
+func (c *Client) CreateTask(ctx context.Context, tribe, manifest string) (Task, error) {
+	var t Task
+	err := c.do(ctx, http.MethodPut, "/v1/tribes/"+url.PathEscape(tribe)+"/tasks", TaskRequest{Manifest: manifest}, &t)
+	return t, err
+}
+
+// Tasks lists the tasks (of tribe only, if set).
+func (c *Client) Tasks(ctx context.Context, tribe string) ([]Task, error) {
+	var ts []Task
+	err := c.do(ctx, http.MethodGet, "/v1/tasks?tribe="+url.QueryEscape(tribe), nil, &ts)
+	return ts, err
+}
+
+// Task shows a task with its members' reports.
+func (c *Client) Task(ctx context.Context, name string) (Task, error) {
+	var t Task
+	err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(name), nil, &t)
+	return t, err
+}
+
+// SetTaskStopped stops (or starts again) a task on every member.
+func (c *Client) SetTaskStopped(ctx context.Context, name string, stopped bool) (Task, error) {
+	verb := "start"
+	if stopped {
+		verb = "stop"
+	}
+	var t Task
+	err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(name)+"/"+verb, struct{}{}, &t)
+	return t, err
+}
+
+// DeleteTask removes a task from its tribe.
+func (c *Client) DeleteTask(ctx context.Context, name string) (Task, error) {
+	var t Task
+	err := c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(name), nil, &t)
+	return t, err
+}
+
 // Reload makes the agent read its configuration again and apply what can
 // change live.
 func (c *Client) Reload(ctx context.Context) (ReloadResult, error) {

@@ -224,6 +224,28 @@ func handler(agent Agent, limits Limits) http.Handler {
 	mux.Handle("POST /v1/leave", endpoint(func(r *http.Request) (any, error) {
 		return agent.LeaveCluster(r.Context())
 	}))
+	mux.Handle("PUT /v1/tribes/{tribe}/tasks", endpoint(func(r *http.Request) (any, error) {
+		var req TaskRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.CreateTask(r.Context(), r.PathValue("tribe"), req)
+	}))
+	mux.Handle("GET /v1/tasks", endpoint(func(r *http.Request) (any, error) {
+		return agent.Tasks(r.Context(), r.URL.Query().Get("tribe"))
+	}))
+	mux.Handle("GET /v1/tasks/{name}", endpoint(func(r *http.Request) (any, error) {
+		return agent.Task(r.Context(), r.PathValue("name"))
+	}))
+	mux.Handle("POST /v1/tasks/{name}/stop", endpoint(func(r *http.Request) (any, error) {
+		return agent.SetTaskStopped(r.Context(), r.PathValue("name"), true)
+	}))
+	mux.Handle("POST /v1/tasks/{name}/start", endpoint(func(r *http.Request) (any, error) {
+		return agent.SetTaskStopped(r.Context(), r.PathValue("name"), false)
+	}))
+	mux.Handle("DELETE /v1/tasks/{name}", endpoint(func(r *http.Request) (any, error) {
+		return agent.DeleteTask(r.Context(), r.PathValue("name"))
+	}))
 	mux.Handle("POST /v1/reload", endpoint(func(r *http.Request) (any, error) {
 		return agent.Reload(r.Context())
 	}))

@@ -63,6 +63,17 @@ type Agent interface {
 	// Reload reads the agent's configuration again and applies what can
 	// change live (tribe reload, SIGHUP).
 	Reload(ctx context.Context) (ReloadResult, error)
+
+	// Tasks: CreateTask (trusted writers) checks a manifest and writes it
+	// for a tribe; Tasks lists them (of one tribe, if set); Task shows one
+	// with its members' reports; SetTaskStopped stops or starts it
+	// everywhere; DeleteTask removes it. A task is named uniquely across
+	// tribes.
+	CreateTask(ctx context.Context, tribe string, req TaskRequest) (Task, error)
+	Tasks(ctx context.Context, tribe string) ([]Task, error)
+	Task(ctx context.Context, name string) (Task, error)
+	SetTaskStopped(ctx context.Context, name string, stopped bool) (Task, error)
+	DeleteTask(ctx context.Context, name string) (Task, error)
 }
 
 // ReloadResult is `tribe reload`: the settings read again and applied
@@ -299,4 +310,35 @@ type errorBody struct {
 type watchLine struct {
 	Event *events.Event `json:"event,omitempty"`
 	Error string        `json:"error,omitempty"`
+}
+
+// TaskRequest creates a task: its manifest as the user wrote it (YAML or
+// JSON).
+type TaskRequest struct {
+	Manifest string `json:"manifest"`
+}
+
+// Task is a task of a tribe (plugins/tasks.Manifest) and, for `tribe task
+// show`, how it goes on each member, from the members' own records.
+type Task struct {
+	Name     string          `json:"name"`
+	Tribe    string          `json:"tribe"`
+	Schedule json.RawMessage `json:"schedule"`
+	Workflow json.RawMessage `json:"workflow"`
+	Stopped  bool            `json:"stopped"`
+	Created  time.Time       `json:"created"`
+	Members  []TaskMember    `json:"members"`
+}
+
+// TaskMember is one member's report of a task. State is running, stopped,
+// disabled, done or error; "pending" when the member has not reported it.
+type TaskMember struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name"`
+	State    string    `json:"state"`
+	Runs     int       `json:"runs"`
+	Failures int       `json:"failures"`
+	LastRun  time.Time `json:"last_run,omitzero"`
+	LastMS   int64     `json:"last_ms"`
+	Error    string    `json:"error,omitempty"`
 }

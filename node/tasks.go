@@ -1,0 +1,294 @@
+package node
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/tasks"
+)
+
+// Tasks (plugins/tasks holds the manifest, the schedule math and the
+// workflow): a trusted writer writes tribes/<t>/tasks/<name>; every node
+// whose membership of t counts runs it on its schedule with the plugins it
+// loaded for t, and reports how it goes in its own record, at most once per
+// taskReportEvery.
+
+// taskRecord is tribes/<t>/tasks/<name>.
+type taskRecord struct {
+	Manifest json.RawMessage `json:"manifest"` // tasks.Manifest, canonical JSON
+	Created  time.Time       `json:"created"`  // the interval's anchor
+	Stopped  bool            `json:"stopped,omitempty"`
+}
+
+func taskKey(tribe, name string) string { return tribesPrefix + tribe + "/tasks/" + name }
+
+// taskReportEvery is the least time between two writes of this node's
+// record for task statuses: each write is a signed entry every node
+// receives, so a task run every second must not cost a write each.
+const taskReportEvery = 5 * time.Second
+
+// taskSet is the tasks this node runs, by "<tribe>/<name>".
+type taskSet struct {
+	mu      sync.Mutex
+	running map[string]*taskRun
+	status  map[string]tasks.Status
+	dirty   bool // status changed since the record was last written
+}
+
+type taskRun struct {
+	raw    []byte // the entry's value it runs
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// report takes run r's status of key, unless r no longer runs it.
+func (s *taskSet) report(key string, r *taskRun, st tasks.Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[key] != r {
+		return
+	}
+	s.status[key] = st
+	s.dirty = true
+}
+
+// statuses is a copy for the node record (nil when it runs none).
+func (s *taskSet) statuses() map[string]tasks.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.status) == 0 {
+		return nil
+	}
+	out := make(map[string]tasks.Status, len(s.status))
+	for k, v := range s.status {
+		out[k] = v
+	}
+	return out
+}
+
+// taskLoop starts and stops task runs as the entries and this node's
+// memberships change, and writes the statuses into the record.
+func (n *Node) taskLoop() {
+	trigger := make(chan struct{}, 1)
+	poke := func(gossip.Change) {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	self := "/members/" + n.host.ID().String() + "/"
+	defer n.replica.Watch(tribesPrefix, func(c gossip.Change) {
+		if strings.Contains(c.Key, "/tasks/") || strings.Contains(c.Key, self) {
+			poke(c)
+		}
+	})()
+	defer n.replica.Watch(policiesPrefix, poke)()
+	defer n.replica.Watch(nodesPrefix+n.host.ID().String(), poke)()
+	defer n.stopTasks()
+	poke(gossip.Change{})
+	report := time.NewTicker(taskReportEvery)
+	defer report.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-trigger:
+			n.syncTasks()
+		case <-report.C:
+			n.tasks.mu.Lock()
+			dirty := n.tasks.dirty
+			n.tasks.dirty = false
+			n.tasks.mu.Unlock()
+			if dirty {
+				if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {
+					n.log.Warn("publishing task states", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// syncTasks runs what the state asks of this node and stops the rest.
+func (n *Node) syncTasks() {
+	member, entries := n.ownTribesAnd("tasks")
+	want := map[string][]byte{}
+	for _, e := range entries {
+		segs := strings.Split(e.Key, "/")
+		if member[segs[1]] {
+			want[segs[1]+"/"+segs[3]] = e.Value
+		}
+	}
+	s := &n.tasks
+	// Runs to stop are waited for without the lock: they report under it.
+	s.mu.Lock()
+	var stop []*taskRun
+	for key, r := range s.running {
+		if raw, ok := want[key]; !ok || !bytes.Equal(raw, r.raw) {
+			stop = append(stop, r)
+			delete(s.running, key)
+			if !ok {
+				delete(s.status, key)
+				s.dirty = true
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range stop {
+		r.cancel()
+		<-r.done
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, raw := range want {
+		if s.running[key] != nil {
+			continue
+		}
+		tribe, _, _ := strings.Cut(key, "/")
+		ctx, cancel := context.WithCancel(n.ctx)
+		r := &taskRun{raw: raw, cancel: cancel, done: make(chan struct{})}
+		s.running[key] = r
+		st := s.status[key]
+		n.spawn(func() {
+			defer close(r.done)
+			n.runTask(ctx, tribe, key, r, st)
+		})
+	}
+}
+
+func (n *Node) stopTasks() {
+	s := &n.tasks
+	s.mu.Lock()
+	runs := s.running
+	s.running = map[string]*taskRun{}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.cancel()
+		<-r.done
+	}
+}
+
+// runTask runs one task on its schedule until ctx ends, the schedule has
+// no more runs, or max_failures disables it. st is what this node
+// reported of it before (its runs count on across a stop and a start).
+// A disabled task runs again only when its entry changes.
+func (n *Node) runTask(ctx context.Context, tribe, key string, r *taskRun, st tasks.Status) {
+	var rec taskRecord
+	var m tasks.Manifest
+	err := json.Unmarshal(r.raw, &rec)
+	if err == nil {
+		m, err = tasks.Decode(rec.Manifest)
+	}
+	if err != nil { // a trusted writer's entry this version cannot run
+		st.State, st.Error = "error", "unreadable task entry: "+err.Error()
+		n.tasks.report(key, r, st)
+		return
+	}
+	if rec.Stopped {
+		st.State = tasks.Stopped
+		n.tasks.report(key, r, st)
+		return
+	}
+	if st.State == tasks.Disabled { // a new entry (tribe task start) gives it another go
+		st.Failures = 0
+	}
+	st.State = tasks.Running
+	n.tasks.report(key, r, st)
+	offset := tasks.SplayOffset(m.Schedule.Splay, n.host.ID().String(), key)
+	caller := taskCaller{n: n, tribe: tribe}
+	for {
+		next, ok := m.Schedule.Next(n.now(), rec.Created, st.Runs, offset)
+		if !ok {
+			st.State = tasks.Done
+			n.tasks.report(key, r, st)
+			return
+		}
+		t := time.NewTimer(next.Sub(n.now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		start := n.now()
+		_, err := m.Workflow.Run(ctx, caller)
+		if ctx.Err() != nil {
+			return // stopped mid-run: not a failure of the task
+		}
+		st.Record(n.now(), n.now().Sub(start), err, m.MaxFailures)
+		n.tasks.report(key, r, st)
+		if st.State == tasks.Disabled {
+			n.log.Warn("task disabled on this node", "task", key, "err", st.Error)
+			return
+		}
+	}
+}
+
+// taskCaller makes a task's steps' calls: a plugin this node loaded for
+// the task's tribe, or for a publish step naming another tribe, one
+// member of that tribe.
+type taskCaller struct {
+	n     *Node
+	tribe string
+}
+
+func (c taskCaller) Call(ctx context.Context, s tasks.Step, in json.RawMessage) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, plugins.DefaultTimeout)
+	defer cancel()
+	if s.Tribe != "" {
+		return c.n.publishRemote(ctx, s, in)
+	}
+	c.n.plugins.mu.Lock()
+	lp := c.n.plugins.loaded[c.tribe+"/"+s.Plugin]
+	c.n.plugins.mu.Unlock()
+	if lp == nil || lp.inst == nil {
+		return nil, fmt.Errorf("plugin %s is not loaded here in tribe %s", s.Plugin, c.tribe)
+	}
+	return lp.inst.Invoke(ctx, s.Method, in)
+}
+
+// publishRemote sends a publish step's input to one member of s.Tribe:
+// the members in an order that is a stable function of this node (so the
+// senders spread over the members), the next one if a call fails.
+func (n *Node) publishRemote(ctx context.Context, s tasks.Step, in json.RawMessage) (json.RawMessage, error) {
+	targets, err := n.callTargets(api.CallRequest{Tribes: []string{s.Tribe}})
+	if err != nil {
+		return nil, err
+	}
+	self := n.host.ID().String()
+	rank := func(id peer.ID) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(self))
+		h.Write([]byte(id))
+		return h.Sum64()
+	}
+	slices.SortFunc(targets, func(a, b callTarget) int { return cmp.Compare(rank(b.id), rank(a.id)) })
+	var errs []error
+	for _, t := range targets {
+		r := n.callOne(ctx, t, plugins.Request{ID: n.callID(), Tribe: s.Tribe, Plugin: s.Plugin, Method: s.Method, Args: in})
+		if r.OK {
+			return r.Result, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %s", cmp.Or(t.name, t.id.String()), r.Error))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("tribe %s has no members to publish to", s.Tribe)
+	}
+	return nil, fmt.Errorf("no member of %s took it: %w", s.Tribe, errors.Join(errs...))
+}

@@ -18,9 +18,10 @@ func lines(a *agentProc, name string) int {
 
 // Tribe core (two agents, by policy) runs a task every second: collect
 // sys, publish with file on each member and to the one member of tribe
-// sink; task show reports the runs from the members' records; task stop
-// stops them everywhere; a manifest naming a plugin not loaded is refused
-// and writes nothing.
+// sink; task show reports the runs from the members' records; a third
+// agent that joins core later runs it too; task stop stops them
+// everywhere; a manifest naming a plugin not loaded is refused and writes
+// nothing.
 func TestTaskRunsOnEveryMemberAndPublishesToAnotherTribe(t *testing.T) {
 	c1 := newAgent(t, "c1", "--fact", "role=core")
 	c1.start()
@@ -82,10 +83,15 @@ workflow:
 		return ok
 	})
 
+	// A node that joins the tribe later starts the task.
+	c3 := newAgent(t, "c3", "--join", seed, "--fact", "role=core")
+	c3.start()
+	waitUntil(t, 60*time.Second, "c3, joining core, to run the task", func() bool { return lines(c3, "core.jsonl") >= 1 })
+
 	run(0, "task", "stop", "metrics")
 	waitUntil(t, 30*time.Second, "both members to report the task stopped", func() bool {
 		c1.cliJSON(&shown, "task", "show", "metrics")
-		ok := shown.Stopped
+		ok := shown.Stopped && len(shown.Members) == 3
 		for _, m := range shown.Members {
 			ok = ok && m.State == "stopped"
 		}

@@ -145,6 +145,10 @@ func (n *Node) rejected() map[string]int64 {
 	out["facts_refused"] = n.facts.refused.Load()
 	out["reload_refused"] = n.reloads.refused.Load()
 	out["mdns_finds_skipped"] = n.mdnsGate.skipped.Load()
+	out["task_watch_refused"] = n.tasks.watchRefused.Load()
+	n.tasks.watch.mu.Lock()
+	out["task_watch_dropped"] = n.tasks.watch.dropped
+	n.tasks.watch.mu.Unlock()
 	for code, c := range n.calls.Refused() {
 		out["call_"+string(code)] = c
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -47,6 +48,9 @@ type taskSet struct {
 	running map[string]*taskRun
 	status  map[string]tasks.Status
 	dirty   bool // status changed since the record was last written
+
+	watch        taskWatch // taskwatch.go
+	watchRefused atomic.Int64
 }
 
 type taskRun struct {
@@ -99,6 +103,8 @@ func (n *Node) taskLoop() {
 	defer n.replica.Watch(policiesPrefix, poke)()
 	defer n.replica.Watch(nodesPrefix+n.host.ID().String(), poke)()
 	defer n.stopTasks()
+	n.host.SetStreamHandler(TaskWatchProtocol, n.serveTaskWatch)
+	defer n.host.RemoveStreamHandler(TaskWatchProtocol)
 	poke(gossip.Change{})
 	report := time.NewTicker(taskReportEvery)
 	defer report.Stop()
@@ -224,12 +230,13 @@ func (n *Node) runTask(ctx context.Context, tribe, key string, r *taskRun, st ta
 		case <-t.C:
 		}
 		start := n.now()
-		_, err := m.Workflow.Run(ctx, caller)
+		out, err := m.Workflow.Run(ctx, caller)
 		if ctx.Err() != nil {
 			return // stopped mid-run: not a failure of the task
 		}
 		st.Record(n.now(), n.now().Sub(start), err, m.MaxFailures)
 		n.tasks.report(key, r, st)
+		n.tasks.watch.emit(key, n.runEvent(tribe, m.Name, st, out, err))
 		if st.State == tasks.Disabled {
 			n.log.Warn("task disabled on this node", "task", key, "err", st.Error)
 			return

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -112,6 +114,36 @@ runs in a row disable it on a member. See the README's Tasks section.`,
 						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", m.Name, m.State, m.Runs, m.Failures, last, m.LastMS, oneLine(m.Error))
 					}
 					return tw.Flush()
+				},
+			},
+			{
+				Name:      "watch",
+				Usage:     "stream each run of a task on every member as it ends, until Ctrl-C",
+				ArgsUsage: "NAME",
+				Description: `One row per run: time, member, run number, ok or the error, duration and the
+head of the output (at most 1 KiB); with --json one object per line {time,
+task, tribe, id, name, run, ok, ms, error, output}. The agent opens a stream
+to every member of the tribe when the watch starts (members that join later
+are not watched); a member serves at most 64 watchers.`,
+				Before: oneName("watch"),
+				Action: func(c *cli.Context) error {
+					ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+					defer stop()
+					asJSON := flagBool(c, "json")
+					enc := json.NewEncoder(c.App.Writer)
+					name := c.Args().First()
+					ready := func() { fmt.Fprintf(c.App.ErrWriter, "watching task %s; Ctrl-C to stop\n", name) }
+					return client(c).WatchTask(ctx, name, ready, func(r api.TaskRun) {
+						if asJSON {
+							enc.Encode(r)
+							return
+						}
+						result := "ok"
+						if !r.OK {
+							result = "error: " + oneLine(r.Error)
+						}
+						fmt.Fprintf(c.App.Writer, "%s %s run=%d %s %dms %s\n", r.Time.Local().Format("15:04:05.000"), r.Name, r.Run, result, r.MS, oneLine(string(r.Output)))
+					})
 				},
 			},
 			taskToggle("stop", "stop a task on every member (trusted writers only); it keeps its runs count", true, oneName("stop")),

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,6 +69,19 @@ workflow:
     - {plugin: file, method: publish, tribe: sink}
 `)
 	run(0, "task", "create", "--tribe", "core", "-f", manifest)
+	// s1, not a member, watches: runs come from both members.
+	w := startTaskWatch(t, s1, "metrics")
+	from := map[string]bool{}
+	for len(from) < 2 {
+		r := w.next()
+		if !r.OK || r.Task != "metrics" || r.Tribe != "core" || r.Run < 1 || !strings.Contains(string(r.Output), "load") {
+			t.Fatalf("a watched run: %+v", r)
+		}
+		from[r.Name] = true
+	}
+	if !from["c1"] || !from["c2"] {
+		t.Errorf("runs watched from %v, want c1 and c2", from)
+	}
 	waitUntil(t, 60*time.Second, "3 runs published on each core member and at least 3 on the sink", func() bool {
 		return lines(c1, "core.jsonl") >= 3 && lines(c2, "core.jsonl") >= 3 && lines(s1, "sink.jsonl") >= 3
 	})
@@ -106,4 +121,50 @@ workflow:
 	if out := run(1, "task", "show", "metrics"); !strings.Contains(out, `unknown task "metrics"`) {
 		t.Errorf("show after delete: %q", out)
 	}
+}
+
+// taskWatcher is a running `tribe task watch --json`.
+type taskWatcher struct {
+	t    *testing.T
+	runs chan api.TaskRun
+}
+
+func startTaskWatch(t *testing.T, a *agentProc, name string) *taskWatcher {
+	t.Helper()
+	cmd := exec.Command(tribeBin, "task", "watch", name, "--json", "--data-dir", a.dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	w := &taskWatcher{t: t, runs: make(chan api.TaskRun, 64)}
+	go func() {
+		dec := json.NewDecoder(stdout)
+		for {
+			var r api.TaskRun
+			if dec.Decode(&r) != nil {
+				close(w.runs)
+				return
+			}
+			w.runs <- r
+		}
+	}()
+	return w
+}
+
+func (w *taskWatcher) next() api.TaskRun {
+	w.t.Helper()
+	select {
+	case r, ok := <-w.runs:
+		if !ok {
+			w.t.Fatal("tribe task watch ended")
+		}
+		return r
+	case <-time.After(60 * time.Second):
+		w.t.Fatal("no task run watched within 60s")
+	}
+	return api.TaskRun{}
 }

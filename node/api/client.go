@@ -277,7 +277,18 @@ func (c *Client) Call(ctx context.Context, req CallRequest, emit func(CallResult
 // and an error if the agent ends the stream (it shut down) or cannot be
 // reached.
 func (c *Client) Watch(ctx context.Context, prefix string, ready func(), emit func(events.Event)) error {
-	resp, err := c.send(ctx, http.MethodGet, "/v1/watch?prefix="+url.QueryEscape(prefix), nil)
+	return readStream(c, ctx, "/v1/watch?prefix="+url.QueryEscape(prefix), ready, emit)
+}
+
+// WatchTask streams each run of a task on every member as it ends, until
+// ctx ends; ready is called once the agent watches.
+func (c *Client) WatchTask(ctx context.Context, name string, ready func(), emit func(TaskRun)) error {
+	return readStream(c, ctx, "/v1/tasks/"+url.PathEscape(name)+"/watch", ready, emit)
+}
+
+// readStream reads an NDJSON stream of streamHandler's lines.
+func readStream[T any](c *Client, ctx context.Context, path string, ready func(), emit func(T)) error {
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -290,7 +301,7 @@ func (c *Client) Watch(ctx context.Context, prefix string, ready func(), emit fu
 	}
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var l watchLine
+		var l streamLine[T]
 		if err := dec.Decode(&l); err != nil {
 			if ctx.Err() != nil {
 				return nil

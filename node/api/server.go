@@ -237,6 +237,9 @@ func handler(agent Agent, limits Limits) http.Handler {
 	mux.Handle("GET /v1/tasks/{name}", endpoint(func(r *http.Request) (any, error) {
 		return agent.Task(r.Context(), r.PathValue("name"))
 	}))
+	mux.Handle("GET /v1/tasks/{name}/watch", streamHandler(func(r *http.Request, emit func(*TaskRun)) error {
+		return agent.WatchTask(r.Context(), r.PathValue("name"), emit)
+	}))
 	mux.Handle("POST /v1/tasks/{name}/stop", endpoint(func(r *http.Request) (any, error) {
 		return agent.SetTaskStopped(r.Context(), r.PathValue("name"), true)
 	}))
@@ -389,6 +392,16 @@ func callHandler(agent Agent, l Limits) http.Handler {
 const watchWriteTimeout = 10 * time.Second
 
 func watchHandler(agent Agent) http.Handler {
+	return streamHandler(func(r *http.Request, emit func(*events.Event)) error {
+		return agent.Watch(r.Context(), r.URL.Query().Get("prefix"), emit)
+	})
+}
+
+// streamHandler serves run's items as NDJSON lines {"event": ...} as they
+// come (a nil item only flushes the headers), and an error that ends the
+// stream as a last line {"error": ...}, or as a plain error before the
+// first item.
+func streamHandler[T any](run func(r *http.Request, emit func(*T)) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		flusher, _ := w.(http.Flusher)
 		enc := json.NewEncoder(w)
@@ -401,13 +414,13 @@ func watchHandler(agent Agent) http.Handler {
 			}
 		}
 		rc := http.NewResponseController(w)
-		err := agent.Watch(r.Context(), r.URL.Query().Get("prefix"), func(e *events.Event) {
+		err := run(r, func(e *T) {
 			// A client that stops reading must not hold the handler (and
 			// the agent's shutdown) in a write for ever.
 			rc.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
 			start()
 			if e != nil {
-				enc.Encode(watchLine{Event: e})
+				enc.Encode(streamLine[T]{Event: e})
 			}
 			if flusher != nil {
 				flusher.Flush()
@@ -417,7 +430,7 @@ func watchHandler(agent Agent) http.Handler {
 		case err != nil && !started:
 			writeError(w, status(err), err)
 		case err != nil && r.Context().Err() == nil:
-			enc.Encode(watchLine{Error: err.Error()})
+			enc.Encode(streamLine[T]{Error: err.Error()})
 		}
 	})
 }

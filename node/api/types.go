@@ -74,6 +74,9 @@ type Agent interface {
 	Task(ctx context.Context, name string) (Task, error)
 	SetTaskStopped(ctx context.Context, name string, stopped bool) (Task, error)
 	DeleteTask(ctx context.Context, name string) (Task, error)
+	// WatchTask streams each run of a task on every member as it ends,
+	// until ctx ends (emit(nil) once it watches).
+	WatchTask(ctx context.Context, name string, emit func(*TaskRun)) error
 }
 
 // ReloadResult is `tribe reload`: the settings read again and applied
@@ -304,12 +307,12 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// watchLine is one line of the streamed answer to GET /v1/watch: an event,
+// streamLine is one line of a streamed answer (GET /v1/watch, GET /v1/tasks/NAME/watch): an item,
 // or an error if the stream ends for another reason than the client
 // leaving (the agent shutting down).
-type watchLine struct {
-	Event *events.Event `json:"event,omitempty"`
-	Error string        `json:"error,omitempty"`
+type streamLine[T any] struct {
+	Event *T     `json:"event,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // TaskRequest creates a task: its manifest as the user wrote it (YAML or
@@ -341,4 +344,19 @@ type TaskMember struct {
 	LastRun  time.Time `json:"last_run,omitzero"`
 	LastMS   int64     `json:"last_ms"`
 	Error    string    `json:"error,omitempty"`
+}
+
+// TaskRun is one run of a task on one member, as `tribe task watch` shows
+// it: its outcome and the head of its output (at most 1 KiB).
+type TaskRun struct {
+	Time   time.Time       `json:"time"`
+	Task   string          `json:"task"`
+	Tribe  string          `json:"tribe"`
+	ID     string          `json:"id"`
+	Name   string          `json:"name"`
+	Run    int             `json:"run"`
+	OK     bool            `json:"ok"`
+	MS     int64           `json:"ms"`
+	Error  string          `json:"error,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"` // JSON, or a JSON string of the head when cut
 }

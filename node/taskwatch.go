@@ -1,0 +1,281 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/tasks"
+)
+
+// `tribe task watch`: the watching agent opens a stream of
+// TaskWatchProtocol to every member of the task's tribe, and each member
+// writes a line for every run of the task as it ends, until the stream
+// closes. Nothing is sent while nobody watches.
+
+// TaskWatchProtocol streams a task's runs from a member.
+const TaskWatchProtocol = "/tribe/task-watch/1.0.0"
+
+const (
+	// maxTaskWatchers bounds the watch streams a member serves at once.
+	maxTaskWatchers = 64
+	// taskWatchBuffer is how many runs a slow watcher may fall behind
+	// before runs are dropped for it (counted as task_watch_dropped).
+	taskWatchBuffer = 16
+	// maxOutputHead is how much of a run's output a watcher gets.
+	maxOutputHead = 1 << 10
+	// taskWatchRequestMax bounds the request line.
+	taskWatchRequestMax = 1 << 10
+)
+
+// taskWatch is the watchers of this member's task runs.
+type taskWatch struct {
+	mu      sync.Mutex
+	byTask  map[string]map[chan api.TaskRun]bool
+	n       int
+	dropped int64
+}
+
+// add registers a watcher of key, or fails when too many watch.
+func (w *taskWatch) add(key string) (chan api.TaskRun, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n >= maxTaskWatchers {
+		return nil, fmt.Errorf("this node serves %d task watchers already", maxTaskWatchers)
+	}
+	if w.byTask == nil {
+		w.byTask = map[string]map[chan api.TaskRun]bool{}
+	}
+	if w.byTask[key] == nil {
+		w.byTask[key] = map[chan api.TaskRun]bool{}
+	}
+	ch := make(chan api.TaskRun, taskWatchBuffer)
+	w.byTask[key][ch] = true
+	w.n++
+	return ch, nil
+}
+
+func (w *taskWatch) remove(key string, ch chan api.TaskRun) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byTask[key][ch] {
+		delete(w.byTask[key], ch)
+		w.n--
+	}
+}
+
+// emit hands a run to every watcher of key without waiting for any.
+func (w *taskWatch) emit(key string, run api.TaskRun) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.byTask[key] {
+		select {
+		case ch <- run:
+		default:
+			w.dropped++
+		}
+	}
+}
+
+// runEvent is what a watcher sees of one run.
+func (n *Node) runEvent(tribe, name string, st tasks.Status, out json.RawMessage, err error) api.TaskRun {
+	ev := api.TaskRun{Time: st.LastRun, Task: name, Tribe: tribe, ID: n.host.ID().String(), Name: n.cfg.Name,
+		Run: st.Runs, OK: err == nil, MS: st.LastMS}
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	if len(out) > maxOutputHead {
+		out, _ = json.Marshal(string(out[:maxOutputHead]))
+	}
+	ev.Output = out
+	return ev
+}
+
+// decodeTaskWatchRequest reads a watch request line, {"task":
+// "<tribe>/<name>"}, refusing anything else.
+func decodeTaskWatchRequest(line []byte) (tribe, name string, err error) {
+	var req struct {
+		Task string `json:"task"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return "", "", fmt.Errorf("not a watch request: %w", err)
+	}
+	tribe, name, ok := strings.Cut(req.Task, "/")
+	if !ok || !gossip.ValidName(tribe) || !gossip.ValidName(name) {
+		return "", "", fmt.Errorf("task %q: want <tribe>/<name>", req.Task)
+	}
+	return tribe, name, nil
+}
+
+// serveTaskWatch is a member's side: the request names the task
+// ("<tribe>/<name>"); a trusted writer or a member of the tribe may watch.
+func (n *Node) serveTaskWatch(s network.Stream) {
+	defer s.Close()
+	s.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	br := bufio.NewReaderSize(s, taskWatchRequestMax)
+	line, err := br.ReadSlice('\n')
+	var tribe, name string
+	if err == nil {
+		tribe, name, err = decodeTaskWatchRequest(line)
+	}
+	refuse := func(msg string) {
+		n.tasks.watchRefused.Add(1)
+		json.NewEncoder(s).Encode(struct {
+			Error string `json:"error"`
+		}{msg})
+	}
+	if err != nil {
+		refuse("bad task watch request: " + err.Error())
+		s.Reset()
+		return
+	}
+	from := s.Conn().RemotePeer()
+	if !n.mayWatch(from, tribe) {
+		refuse(fmt.Sprintf("%s may not watch the tasks of tribe %s: trusted writers and its members may", from, tribe))
+		return
+	}
+	key := tribe + "/" + name
+	ch, err := n.tasks.watch.add(key)
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	defer n.tasks.watch.remove(key, ch)
+	s.SetReadDeadline(time.Time{})
+	gone := make(chan struct{})
+	go func() { // the watcher closes its side when it stops watching
+		br.ReadByte()
+		close(gone)
+	}()
+	enc := json.NewEncoder(s)
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-gone:
+			return
+		case ev := <-ch:
+			s.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
+			if enc.Encode(ev) != nil {
+				s.Reset()
+				return
+			}
+		}
+	}
+}
+
+// watchWriteTimeout bounds a write to a watcher that stopped reading.
+const watchWriteTimeout = 10 * time.Second
+
+// mayWatch: trusted writers, and nodes whose membership of tribe counts.
+func (n *Node) mayWatch(p peer.ID, tribe string) bool {
+	switch n.rules().Status(p) {
+	case authority.Open, authority.Trusted:
+		return true
+	}
+	v := n.tribes()[tribe]
+	return v != nil && len(v.members[p]) > 0
+}
+
+// WatchTask implements api.Agent: the runs of this node's own (if it is a
+// member) and of every other member, over a stream to each. Members that
+// join after the watch begins are not watched.
+func (n *Node) WatchTask(ctx context.Context, name string, emit func(*api.TaskRun)) error {
+	tribe, ok := n.findTask(name)
+	if !ok {
+		return api.NotFound(fmt.Errorf("%w %q (see `tribe task list`)", ErrUnknownTask, name))
+	}
+	key := tribe + "/" + name
+	runs := make(chan api.TaskRun, taskWatchBuffer)
+	local, err := n.tasks.watch.add(key)
+	if err != nil {
+		return err
+	}
+	defer n.tasks.watch.remove(key, local)
+	targets, err := n.callTargets(api.CallRequest{Tribes: []string{tribe}})
+	if err != nil && !errors.Is(err, ErrUnknownTribe) {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, t := range targets {
+		if t.id == n.host.ID() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.watchMember(ctx, t, key, runs); err != nil && ctx.Err() == nil {
+				n.log.Debug("task watch", "member", t.id, "err", err)
+			}
+		}()
+	}
+	emit(nil)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-local:
+			emit(&ev)
+		case ev := <-runs:
+			emit(&ev)
+		}
+	}
+}
+
+// watchMember streams one member's runs of key into runs.
+func (n *Node) watchMember(ctx context.Context, t callTarget, key string, runs chan<- api.TaskRun) error {
+	if n.host.Network().Connectedness(t.id) != network.Connected {
+		n.learnAddrs(t.id, t.addrs)
+	}
+	s, err := n.host.NewStream(ctx, t.id, TaskWatchProtocol)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	defer s.Close()
+	if err := json.NewEncoder(s).Encode(struct {
+		Task string `json:"task"`
+	}{key}); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bufio.NewReader(s))
+	for {
+		var line struct {
+			api.TaskRun
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			return err
+		}
+		if line.ID == "" && line.Error != "" {
+			return errors.New(line.Error)
+		}
+		ev := line.TaskRun
+		ev.Error = line.Error
+		// A member speaks for itself only.
+		ev.ID, ev.Name = t.id.String(), t.name
+		select {
+		case runs <- ev:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}

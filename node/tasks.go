@@ -230,7 +230,9 @@ func (n *Node) runTask(ctx context.Context, tribe, key string, r *taskRun, st ta
 		case <-t.C:
 		}
 		start := n.now()
-		out, err := m.Workflow.Run(ctx, caller)
+		runCtx, cancel := context.WithTimeout(ctx, plugins.DefaultTimeout)
+		out, err := m.Workflow.Run(runCtx, caller)
+		cancel()
 		if ctx.Err() != nil {
 			return // stopped mid-run: not a failure of the task
 		}
@@ -253,8 +255,6 @@ type taskCaller struct {
 }
 
 func (c taskCaller) Call(ctx context.Context, s tasks.Step, in json.RawMessage) (json.RawMessage, error) {
-	ctx, cancel := context.WithTimeout(ctx, plugins.DefaultTimeout)
-	defer cancel()
 	if s.Tribe != "" {
 		return c.n.publishRemote(ctx, s, in)
 	}

@@ -315,11 +315,37 @@ func (s *Sim) boot(ctx context.Context, i int) error {
 	return nil
 }
 
+// across reports whether a partition separates a and b.
+func (s *Sim) across(a, b peer.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ga, gb := -1, -1
+	for i, m := range s.members {
+		switch m.id {
+		case a:
+			ga = s.group[i]
+		case b:
+			gb = s.group[i]
+		}
+	}
+	return ga != -1 && gb != -1 && ga != gb
+}
+
 // host is m's libp2p host: its mocknet host, or a new QUIC host on its
 // simnet endpoint.
 func (s *Sim) host(m *member) (host.Host, error) {
 	if s.cfg.Net == MockNet {
-		return s.mn.Host(m.id), nil
+		h := s.mn.Host(m.id)
+		// A dial that found its link just before a partition cut it
+		// still completes (mocknet checks links only when a dial
+		// starts): close such a connection as it appears, as a firewall
+		// would drop its packets.
+		h.Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
+			if s.across(m.id, c.RemotePeer()) {
+				go c.Close()
+			}
+		}})
+		return h, nil
 	}
 	link := simnet.LinkSettings{BitsPerSecond: s.cfg.Bandwidth}
 	s.netMu.Lock() // simnet's endpoint list is not safe for concurrent use

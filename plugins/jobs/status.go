@@ -1,0 +1,101 @@
+package jobs
+
+import (
+	"encoding/hex"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Target is one row of a job's status.
+type Target struct {
+	ID  string // the peer ID; "" for a target no node here is known by
+	Ack Ack    // State is Pending (or Expired past the expiry) without an ack
+	// Hash is the target's hash as the job holds it (hex), for a target
+	// whose node is not known here.
+	Hash string
+}
+
+// Summary is a job's state across its targets.
+type Summary struct {
+	// State is Pending while any target may still run it, else Done if
+	// every target is done, else Failed.
+	State   State
+	Targets []Target
+	// Finished is when the last target ended (zero while pending).
+	Finished time.Time
+}
+
+// Summarize puts together a job's targets, from the acks written (by peer
+// ID) and the peer IDs of the nodes known here (to name the targets that
+// have not acked). A target that never acked is pending, or expired once
+// the job has expired; a job that takes new members counts whoever acked.
+func Summarize(j *Job, acks map[string]Ack, known []string, now time.Time) Summary {
+	byHash := map[[8]byte]string{}
+	for _, id := range known {
+		byHash[TargetHash(id)] = id
+	}
+	for id := range acks {
+		byHash[TargetHash(id)] = id
+	}
+	var s Summary
+	seen := map[string]bool{}
+	for i := 0; i+8 <= len(j.Targets); i += 8 {
+		h := [8]byte(j.Targets[i : i+8])
+		id, ok := byHash[h]
+		if !ok {
+			s.Targets = append(s.Targets, Target{Hash: hex.EncodeToString(h[:]), Ack: unacked(j, now)})
+			continue
+		}
+		seen[id] = true
+		a, ok := acks[id]
+		if !ok {
+			a = unacked(j, now)
+		}
+		s.Targets = append(s.Targets, Target{ID: id, Ack: a})
+	}
+	for id, a := range acks { // new members of a tribe (IncludeNew)
+		if !seen[id] {
+			s.Targets = append(s.Targets, Target{ID: id, Ack: a})
+		}
+	}
+	slices.SortFunc(s.Targets, func(a, b Target) int {
+		return strings.Compare(a.ID+a.Hash, b.ID+b.Hash)
+	})
+	s.State = Done
+	for _, t := range s.Targets {
+		switch {
+		case !t.Ack.State.Final():
+			s.State = Pending
+		case t.Ack.State != Done && s.State == Done:
+			s.State = Failed
+		}
+		if t.Ack.Ended.After(s.Finished) {
+			s.Finished = t.Ack.Ended
+		}
+	}
+	if s.State == Pending {
+		s.Finished = time.Time{}
+	} else if !j.Expires.After(now) && s.Finished.Before(j.Expires) {
+		s.Finished = j.Expires // targets that expired unacked ended then
+	}
+	return s
+}
+
+// unacked is the state of a target that wrote no ack.
+func unacked(j *Job, now time.Time) Ack {
+	if now.Before(j.Expires) {
+		return Ack{State: Pending}
+	}
+	return Ack{State: Expired}
+}
+
+// CollectAt is when a job and its acks may be deleted: retention after it
+// finished, or after it expired if it takes new members (which may come
+// until then) or is still pending.
+func CollectAt(j *Job, s Summary, retention time.Duration) time.Time {
+	if s.State == Pending || j.IncludeNew || s.Finished.IsZero() {
+		return j.Expires.Add(retention)
+	}
+	return s.Finished.Add(retention)
+}

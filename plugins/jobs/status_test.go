@@ -1,0 +1,139 @@
+package jobs
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	j := job("a", 1)
+	j.SetTargets([]string{"n1", "n2", "n3", "gone"})
+	now := t0.Add(time.Minute)
+	acks := map[string]Ack{"n1": {State: Done, Ended: now}, "n2": {State: Running}}
+	s := Summarize(j, acks, []string{"n1", "n2", "n3"}, now)
+	if s.State != Pending || len(s.Targets) != 4 || !s.Finished.IsZero() {
+		t.Fatalf("%+v", s)
+	}
+	states := map[string]State{}
+	for _, tg := range s.Targets {
+		states[tg.ID+tg.Hash] = tg.Ack.State
+	}
+	h := TargetHash("gone")
+	if states["n1"] != Done || states["n2"] != Running || states["n3"] != Pending || states[string(hexOf(h))] != Pending {
+		t.Fatalf("states %v", states)
+	}
+	// After expiry, targets that never acked are expired and the job failed.
+	s = Summarize(j, map[string]Ack{"n1": {State: Done, Ended: now}, "n2": {State: Done, Ended: now}},
+		[]string{"n1", "n2", "n3"}, j.Expires)
+	if s.State != Failed || !s.Finished.Equal(j.Expires) {
+		t.Fatalf("after expiry: %+v", s)
+	}
+	// All done: done, finished at the last end.
+	j.SetTargets([]string{"n1", "n2"})
+	s = Summarize(j, map[string]Ack{"n1": {State: Done, Ended: now}, "n2": {State: Done, Ended: now.Add(time.Second)}}, nil, now)
+	if s.State != Done || !s.Finished.Equal(now.Add(time.Second)) {
+		t.Fatalf("all done: %+v", s)
+	}
+	if at := CollectAt(j, s, time.Hour); !at.Equal(now.Add(time.Second + time.Hour)) {
+		t.Fatalf("collect at %v", at)
+	}
+	// A member that joined (include-new) counts once it acked.
+	j.IncludeNew = true
+	s = Summarize(j, map[string]Ack{"n1": {State: Done}, "n2": {State: Done}, "n4": {State: Failed}}, nil, now)
+	if s.State != Failed || len(s.Targets) != 3 {
+		t.Fatalf("include-new: %+v", s)
+	}
+	if at := CollectAt(j, s, time.Hour); !at.Equal(j.Expires.Add(time.Hour)) {
+		t.Fatalf("include-new collects after expiry: %v", at)
+	}
+}
+
+func hexOf(h [8]byte) string {
+	const digits = "0123456789abcdef"
+	var b strings.Builder
+	for _, c := range h {
+		b.WriteByte(digits[c>>4])
+		b.WriteByte(digits[c&15])
+	}
+	return b.String()
+}
+
+func valid() Job {
+	j := Job{ID: "19ab-01", Tribes: []string{"web"}, Plugin: "exec", Method: "run", Args: json.RawMessage(`{"command":"x"}`),
+		Created: t0, Expires: t0.Add(DefaultExpiry)}
+	j.SetTargets([]string{"a", "b"})
+	return j
+}
+
+func TestDecode(t *testing.T) {
+	good := valid()
+	b, _ := json.Marshal(good)
+	j, err := Decode(b)
+	if err != nil || j.ID != good.ID || j.NumTargets() != 2 || !j.Targeted("a") || j.Targeted("c") {
+		t.Fatalf("decode: %+v %v", j, err)
+	}
+	many := make([]string, MaxTargets)
+	for i := range many {
+		many[i] = strings.Repeat("x", i%50) + string(rune('a'+i%26)) + time.Duration(i).String()
+	}
+	full := valid()
+	full.Args = json.RawMessage(`"` + strings.Repeat("a", MaxArgs-2) + `"`)
+	full.SetTargets(many)
+	if b, _ := json.Marshal(full); len(b) > 64<<10 {
+		t.Fatalf("a job at every limit is %d bytes: it must fit one entry (64 KiB)", len(b))
+	} else if _, err := Decode(b); err != nil {
+		t.Fatalf("a job at every limit: %v", err)
+	}
+	bad := map[string]func(*Job){
+		"bad id":           func(j *Job) { j.ID = "A/B" },
+		"bad plugin":       func(j *Job) { j.Plugin = "../x" },
+		"bad method":       func(j *Job) { j.Method = "" },
+		"big args":         func(j *Job) { j.Args = json.RawMessage(`"` + strings.Repeat("a", MaxArgs) + `"`) },
+		"no targets":       func(j *Job) { j.Targets = nil },
+		"torn targets":     func(j *Job) { j.Targets = j.Targets[:5] },
+		"expired at birth": func(j *Job) { j.Expires = j.Created },
+		"too long":         func(j *Job) { j.Expires = j.Created.Add(MaxExpiry + time.Second) },
+		"retries":          func(j *Job) { j.Retries = MaxRetries + 1 },
+		"follows itself":   func(j *Job) { j.After = j.ID },
+		"bad tribe":        func(j *Job) { j.Tribes = []string{"Web!"} },
+		"timeout":          func(j *Job) { j.Timeout = time.Hour },
+	}
+	for name, f := range bad {
+		j := valid()
+		f(&j)
+		b, _ := json.Marshal(j)
+		if _, err := Decode(b); !errors.Is(err, ErrBadJob) {
+			t.Errorf("%s: %v, want ErrBadJob", name, err)
+		}
+	}
+	for name, raw := range map[string]string{
+		"not json":      `{`,
+		"unknown field": `{"id":"a","evil":1}`,
+		"two values":    string(b) + ` {}`,
+		"oversized":     `"` + strings.Repeat("a", maxJob) + `"`,
+	} {
+		if _, err := Decode([]byte(raw)); !errors.Is(err, ErrBadJob) {
+			t.Errorf("%s: %v, want ErrBadJob", name, err)
+		}
+	}
+}
+
+func TestDecodeAck(t *testing.T) {
+	if a, err := DecodeAck([]byte(`{"state":"done","attempts":1,"ok":true}`)); err != nil || a.State != Done {
+		t.Fatalf("%+v %v", a, err)
+	}
+	for name, raw := range map[string]string{
+		"pending is never written": `{"state":"pending"}`,
+		"unknown state":            `{"state":"won"}`,
+		"attempts":                 `{"state":"done","attempts":99}`,
+		"head":                     `{"state":"done","output_head":"` + strings.Repeat("a", HeadLen+1) + `"}`,
+		"unknown field":            `{"state":"done","x":1}`,
+	} {
+		if _, err := DecodeAck([]byte(raw)); !errors.Is(err, ErrBadJob) {
+			t.Errorf("%s: %v, want ErrBadJob", name, err)
+		}
+	}
+}

@@ -50,6 +50,11 @@ var Kinds = []Kind{
 	// force-leave`): every node treats it as left and reaped until it
 	// writes a newer record.
 	{Name: "forced", Pattern: "forced/{peer}", Writer: Trusted},
+	// jobs/<id>: a durable job (package plugins/jobs), written by a trusted
+	// writer; jobs/<id>/acks/<peer>: where it stands on that target,
+	// written by the target alone.
+	{Name: "job", Pattern: "jobs/{job}", Writer: Trusted},
+	{Name: "job-ack", Pattern: "jobs/{job}/acks/{peer}", Writer: Self, SelfSegment: 3},
 }
 
 // nameRE is what tribe, policy, plugin and task names may look like.

@@ -220,6 +220,9 @@ func TestApplyRefusesAndChangesNothing(t *testing.T) {
 		{"someone else's policy membership", trusted.write(t, t0, "tribes/core/members/"+outsider.id.String()+"/policy", "x", false), ErrUnauthorized},
 		{"untrusted force-leave", outsider.write(t, t0, "forced/"+trusted.id.String(), "{}", false), ErrUnauthorized},
 		{"force-leave of itself, untrusted", outsider.write(t, t0, "forced/"+outsider.id.String(), "{}", false), ErrUnauthorized},
+		{"untrusted job", outsider.write(t, t0, "jobs/j1", "{}", false), ErrUnauthorized},
+		{"an ack for another node", outsider.write(t, t0, "jobs/j1/acks/"+trusted.id.String(), "{}", false), ErrUnauthorized},
+		{"an ack for another node, by a trusted writer", trusted.write(t, t0, "jobs/j1/acks/"+outsider.id.String(), "{}", false), ErrUnauthorized},
 		{"unknown key kind", trusted.write(t, t0, "secrets/x", "x", false), ErrUnknownKey},
 		{"bad tribe name", trusted.write(t, t0, "tribes/Core!", "x", false), ErrUnknownKey},
 		{"from the future", trusted.write(t, t0.Add(2*time.Minute), "tribes/core", "x", false), ErrFromFuture},
@@ -238,6 +241,9 @@ func TestApplyRefusesAndChangesNothing(t *testing.T) {
 	}
 	if _, err := s.Apply(outsider.write(t, t0, "tribes/core/members/"+outsider.id.String()+"/policy", "1", false), t0); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.Apply(outsider.write(t, t0, "jobs/j1/acks/"+outsider.id.String(), "{}", false), t0); err != nil {
+		t.Fatal("a node's own ack:", err)
 	}
 }
 
@@ -282,6 +288,8 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 		"plugin":        "tribes/core/plugins/exec",
 		"task":          "tribes/core/tasks/t-1",
 		"forced":        "forced/" + p,
+		"job":           "jobs/19ab3c-01",
+		"job-ack":       "jobs/19ab3c-01/acks/" + p,
 	}
 	seen := map[string]bool{}
 	for _, k := range Kinds {
@@ -302,7 +310,7 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 	if len(seen) != len(examples) {
 		t.Errorf("examples name kinds the table lacks: %v vs %v", examples, seen)
 	}
-	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER", "admitted", "admitted/not-a-peer", "admitted/" + cidForm(t, p), "forced", "forced/not-a-peer", "forced/" + cidForm(t, p)} {
+	for _, bad := range []string{"", "nodes", "nodes/not-a-peer", "tribes", "tribes/a/b", "tribes/core/members/" + p + "/other", "x/y", "tribes//plugins/x", "policies/UPPER", "admitted", "admitted/not-a-peer", "admitted/" + cidForm(t, p), "forced", "forced/not-a-peer", "forced/" + cidForm(t, p), "jobs", "jobs/J!", "jobs/j1/acks", "jobs/j1/acks/not-a-peer", "jobs/j1/other/" + p} {
 		if _, err := Classify(bad); !errors.Is(err, ErrUnknownKey) {
 			t.Errorf("Classify(%q) = %v, want ErrUnknownKey", bad, err)
 		}

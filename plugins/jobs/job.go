@@ -224,8 +224,12 @@ type Ack struct {
 	Started  time.Time `json:"started,omitzero"`
 	Ended    time.Time `json:"ended,omitzero"`
 	RetryAt  time.Time `json:"retry_at,omitzero"`
-	OK       bool      `json:"ok,omitempty"`
-	Error    string    `json:"error,omitempty"`
+	// Last is how the last attempt ended (Failed or Interrupted) while
+	// the state is Retrying: what the target ends with if the job expires
+	// or is cancelled before the retry.
+	Last  State  `json:"last,omitempty"`
+	OK    bool   `json:"ok,omitempty"`
+	Error string `json:"error,omitempty"`
 	// The run's output: its size and SHA-256 (hex) and its first HeadLen
 	// bytes. The whole output stays on the target (`tribe job output`).
 	OutputBytes  int    `json:"output_bytes,omitempty"`
@@ -240,6 +244,8 @@ func (a *Ack) Check() error {
 		return fmt.Errorf("%w: ack state %q", ErrBadJob, a.State)
 	case a.Attempts < 0 || a.Attempts > MaxRetries+1:
 		return fmt.Errorf("%w: %d attempts", ErrBadJob, a.Attempts)
+	case a.Last != "" && a.Last != Failed && a.Last != Interrupted:
+		return fmt.Errorf("%w: last attempt %q", ErrBadJob, a.Last)
 	case len(a.Error) > MaxError:
 		return fmt.Errorf("%w: error of %d bytes, at most %d", ErrBadJob, len(a.Error), MaxError)
 	case len(a.OutputHead) > HeadLen:
@@ -314,7 +320,7 @@ func Finish(j *Job, a Ack, r Result, now time.Time) Ack {
 	case r.OK:
 		a.State = Done
 	case a.Attempts <= j.Retries && now.Before(j.Expires) && !j.Cancelled:
-		a.State, a.RetryAt = Retrying, now.Add(Backoff(a.Attempts))
+		a.State, a.Last, a.RetryAt = Retrying, Failed, now.Add(Backoff(a.Attempts))
 	default:
 		a.State = Failed
 	}

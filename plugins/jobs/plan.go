@@ -93,7 +93,7 @@ func Decide(v View) Plan {
 			a.Ended = v.Now
 			a.Error = fmt.Sprintf("interrupted: the node stopped during attempt %d", a.Attempts)
 			if a.Attempts <= j.Retries && v.Now.Before(j.Expires) && !j.Cancelled {
-				a.State, a.RetryAt = Retrying, v.Now.Add(Backoff(a.Attempts))
+				a.State, a.Last, a.RetryAt = Retrying, Interrupted, v.Now.Add(Backoff(a.Attempts))
 			} else {
 				a.State = Interrupted
 			}
@@ -103,17 +103,21 @@ func Decide(v View) Plan {
 			}
 		}
 		switch {
+		case j.Cancelled && a.State == Retrying:
+			a.State, a.Ended, a.RetryAt, a.Last = a.Last, v.Now, time.Time{}, ""
+			p.Acks[j.ID] = a
+			continue
 		case j.Cancelled:
-			a.State, a.Ended = Cancelled, v.Now
-			a.RetryAt = time.Time{}
+			a.State, a.Ended, a.RetryAt, a.Last = Cancelled, v.Now, time.Time{}, ""
 			p.Acks[j.ID] = a
 			continue
 		case !v.Now.Before(j.Expires):
-			a.State = Expired
-			if a.Attempts > 0 {
-				a.State = Failed // it ran and failed; the retry it waited for is too late
+			if a.State == Retrying {
+				a.State = a.Last // the retry it waited for is too late
+			} else {
+				a.State = Expired
 			}
-			a.Ended, a.RetryAt = v.Now, time.Time{}
+			a.Ended, a.RetryAt, a.Last = v.Now, time.Time{}, ""
 			p.Acks[j.ID] = a
 			continue
 		}
@@ -135,7 +139,7 @@ func Decide(v View) Plan {
 				continue
 			}
 			a := current(v, p, j.ID)
-			a.State, a.Ended, a.RetryAt = Dropped, v.Now, time.Time{}
+			a.State, a.Ended, a.RetryAt, a.Last = Dropped, v.Now, time.Time{}, ""
 			a.Error = fmt.Sprintf("dropped: more than %d jobs waited in queue %q on this node; the oldest went", maxQueue, j.Queue())
 			p.Acks[j.ID] = a
 			waiting--

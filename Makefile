@@ -62,6 +62,8 @@ fuzz:
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins/tasks -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/jobs -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/jobs -run '^$$' -fuzz '^FuzzDecodeAck$$' -fuzztime $(FUZZTIME)
 
 # Speed and memory, as ratios measured side by side in one run. The last
 # line measures the sim's spread of writes and policies in simulated time

@@ -383,6 +383,13 @@ func (r *Replica) Get(key string) (*Signed, bool) {
 	return r.state.Get(key)
 }
 
+// Version returns whatever version is held for key, tombstones included.
+func (r *Replica) Version(key string) (*Signed, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Version(key)
+}
+
 // Prefix returns the live entries under prefix, by key.
 func (r *Replica) Prefix(prefix string) []*Signed {
 	r.mu.Lock()

@@ -146,6 +146,8 @@ func (n *Node) rejected() map[string]int64 {
 	out["reload_refused"] = n.reloads.refused.Load()
 	out["mdns_finds_skipped"] = n.mdnsGate.skipped.Load()
 	out["task_watch_refused"] = n.tasks.watchRefused.Load()
+	out["job_unreadable"] = n.jobs.unreadable.Load()
+	out["job_output_refused"] = n.jobs.outputRefused.Load()
 	n.tasks.watch.mu.Lock()
 	out["task_watch_dropped"] = n.tasks.watch.dropped
 	n.tasks.watch.mu.Unlock()

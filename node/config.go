@@ -14,6 +14,7 @@ import (
 
 	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/jobs"
 	"github.com/tribeagent/tribe/policy"
 )
 
@@ -119,6 +120,12 @@ type Config struct {
 	FileMaxBytes int64
 	// CallParallel bounds how many calls one `tribe call` has in flight.
 	CallParallel int
+	// JobQueue is how many jobs may wait in one tribe's queue on this
+	// node; past that the oldest is dropped, and its ack says so.
+	JobQueue int
+	// JobRetention is how long a finished job, its acks and the outputs
+	// kept on its targets stay before they are collected.
+	JobRetention time.Duration
 
 	// LogLevel ("debug", "info", "warn", "error") and LogFormat ("text",
 	// "json") are for the program that builds the agent's logger with
@@ -155,6 +162,8 @@ func DefaultConfig() Config {
 		LeaveTimeout:      3 * time.Second,
 		FactsInterval:     5 * time.Minute,
 		CallParallel:      64,
+		JobQueue:          jobs.DefaultQueue,
+		JobRetention:      jobs.DefaultRetention,
 	}
 }
 
@@ -219,6 +228,7 @@ func (c Config) Validate() error {
 		"facts interval":     c.FactsInterval,
 		"reconnect timeout":  c.ReconnectTimeout,
 		"leave timeout":      c.LeaveTimeout,
+		"job retention":      c.JobRetention,
 	} {
 		if d <= 0 {
 			bad("%s must be positive, not %v", name, d)
@@ -238,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := NewLogger(io.Discard, c.LogLevel, c.LogFormat); err != nil {
 		bad("%v", err)
+	}
+	if c.JobQueue < 1 {
+		bad("job queue must be at least 1, not %d", c.JobQueue)
 	}
 	if c.CallParallel < 1 {
 		bad("call parallelism must be at least 1, not %d", c.CallParallel)

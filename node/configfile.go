@@ -39,6 +39,8 @@ type FileConfig struct {
 	ReconnectTimeout *time.Duration `yaml:"reconnect_timeout"`
 	MetricsAddr      *string        `yaml:"metrics_addr"`
 	ConnsPerIP       *int           `yaml:"conns_per_ip"`
+	JobQueue         *int           `yaml:"job_queue"`
+	JobRetention     *time.Duration `yaml:"job_retention"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -80,6 +82,8 @@ func LoadConfigFile(path string, cfg *Config) error {
 	set(&cfg.ReconnectTimeout, f.ReconnectTimeout)
 	set(&cfg.MetricsAddr, f.MetricsAddr)
 	set(&cfg.ConnsPerIP, f.ConnsPerIP)
+	set(&cfg.JobQueue, f.JobQueue)
+	set(&cfg.JobRetention, f.JobRetention)
 	return nil
 }
 

@@ -153,6 +153,7 @@ type Node struct {
 	registry *plugins.Registry
 	plugins  pluginSet
 	tasks    taskSet
+	jobs     jobSet
 	calls    *plugins.Server
 	names    sync.Map // peer.ID -> cachedName (tribes.go)
 	auth     authState
@@ -195,6 +196,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1),
 		pluginCh: make(chan struct{}, 1), admitCh: make(chan struct{}, 1),
 		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1)}
+	n.jobs.poke = make(chan struct{}, 1)
+	n.jobs.runner.MaxQueue = cfg.JobQueue
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect
 	}
@@ -404,6 +407,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.spawn(n.reconcileLoop)
 	n.spawn(n.pluginLoop)
 	n.spawn(n.taskLoop)
+	n.spawn(n.jobLoop)
 	if n.cfg.AutoAdmit != "" {
 		if !n.replica.Trust().Trusted(n.host.ID()) {
 			n.log.Warn("--auto-admit does nothing here while this node is not a trusted writer: only a trusted writer admits nodes")

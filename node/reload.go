@@ -81,6 +81,8 @@ var (
 		{"log_format", func(c Config) any { return c.LogFormat }},
 		{"metrics_addr", func(c Config) any { return c.MetricsAddr }},
 		{"conns_per_ip", func(c Config) any { return c.ConnsPerIP }},
+		{"job_queue", func(c Config) any { return c.JobQueue }},
+		{"job_retention", func(c Config) any { return c.JobRetention }},
 		{"data_dir", func(c Config) any { return c.DataDir }},
 	}
 )

@@ -35,7 +35,7 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes, log_level, log_format, reconnect_timeout, metrics_addr, conns_per_ip"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, file_max_bytes, log_level, log_format, reconnect_timeout, metrics_addr, conns_per_ip, job_queue, job_retention"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text (key=value lines) or json (one object per line)"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
@@ -49,6 +49,8 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 			&cli.DurationFlag{Name: "reconnect-timeout", Usage: "how long a dead or left node stays in this agent's views (nodes, members, names) after it was last heard from; then it is reaped until it is heard from again", DefaultText: "72h"},
 			&cli.Int64Flag{Name: "file-max-bytes", Usage: "cap on each file the file plugin writes, beyond which publish is refused; a tribe's max_bytes only lowers it", DefaultText: "64 MiB"},
 			&cli.IntFlag{Name: "conns-per-ip", Usage: "cap on connections with one IPv4 address or IPv6 /56, both ways; raise it where more agents share one public address (a NAT)", DefaultText: "256 (2 x the connection manager's high water mark)"},
+			&cli.IntFlag{Name: "job-queue", Usage: "how many jobs may wait in one tribe's queue on this agent; past that the oldest is dropped and its ack says so", DefaultText: "1000"},
+			&cli.DurationFlag{Name: "job-retention", Usage: "how long a finished job, its acks and the outputs kept on its targets stay before they are collected", DefaultText: "168h (7 days)"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics (/metrics) and a health check (/healthz) on this TCP HOST:PORT, e.g. 127.0.0.1:9464; port 0 picks a free port (tribe status shows it); off by default"},
 		},
 		Action: runAgent,
@@ -138,13 +140,16 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 			*dst = c.StringSlice(flag)
 		}
 	}
-	for flag, dst := range map[string]*time.Duration{"presence-interval": &cfg.PresenceInterval, "reconnect-timeout": &cfg.ReconnectTimeout} {
+	for flag, dst := range map[string]*time.Duration{"presence-interval": &cfg.PresenceInterval, "reconnect-timeout": &cfg.ReconnectTimeout, "job-retention": &cfg.JobRetention} {
 		if c.IsSet(flag) {
 			*dst = c.Duration(flag)
 		}
 	}
 	if c.IsSet("conns-per-ip") {
 		cfg.ConnsPerIP = c.Int("conns-per-ip")
+	}
+	if c.IsSet("job-queue") {
+		cfg.JobQueue = c.Int("job-queue")
 	}
 	if c.IsSet("file-max-bytes") {
 		cfg.FileMaxBytes = c.Int64("file-max-bytes")

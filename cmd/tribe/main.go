@@ -87,7 +87,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	cmds = append(cmds, tribeCommands()...)
 	cmds = append(cmds, admitCommand(), revokeCommand())
 	cmds = append(cmds, forceLeaveCommand(), reloadCommand())
-	cmds = append(cmds, factsCommand(), policyCommand(), pluginCommand(), callCommand(), taskCommand(), simCommand())
+	cmds = append(cmds, factsCommand(), policyCommand(), pluginCommand(), callCommand(), taskCommand(), jobCommand(), simCommand())
 	cmds = append(cmds, watchCommand())
 	cmds = append(cmds, versionCommand(), completionCommand())
 	var prepare func(cs []*cli.Command)

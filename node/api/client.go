@@ -286,6 +286,48 @@ func (c *Client) WatchTask(ctx context.Context, name string, ready func(), emit 
 	return readStream(c, ctx, "/v1/tasks/"+url.PathEscape(name)+"/watch", ready, emit)
 }
 
+// SubmitJob writes a durable job and returns it with its id.
+func (c *Client) SubmitJob(ctx context.Context, req JobRequest) (Job, error) {
+	var j Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs", req, &j)
+	return j, err
+}
+
+// Job shows a job with a row per target.
+func (c *Client) Job(ctx context.Context, id string) (Job, error) {
+	var j Job
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &j)
+	return j, err
+}
+
+// Jobs lists the jobs (of tribe only, if set), oldest first.
+func (c *Client) Jobs(ctx context.Context, tribe string) ([]Job, error) {
+	var js []Job
+	err := c.do(ctx, http.MethodGet, "/v1/jobs?tribe="+url.QueryEscape(tribe), nil, &js)
+	return js, err
+}
+
+// CancelJob cancels a job on every target that has not started it.
+func (c *Client) CancelJob(ctx context.Context, id string) (Job, error) {
+	var j Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &j)
+	return j, err
+}
+
+// JobOutput fetches a target's whole output of a job.
+func (c *Client) JobOutput(ctx context.Context, id, node string) (JobOutput, error) {
+	var o JobOutput
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/output/"+url.PathEscape(node), nil, &o)
+	return o, err
+}
+
+// WaitJob streams each target's final state of a job as it arrives and
+// returns when no target is pending (nil), ctx ends (nil) or the agent
+// ends the stream (an error); ready is called once the agent follows it.
+func (c *Client) WaitJob(ctx context.Context, id string, ready func(), emit func(JobTarget)) error {
+	return readStream(c, ctx, "/v1/jobs/"+url.PathEscape(id)+"/wait", ready, emit)
+}
+
 // readStream reads an NDJSON stream of streamHandler's lines.
 func readStream[T any](c *Client, ctx context.Context, path string, ready func(), emit func(T)) error {
 	resp, err := c.send(ctx, http.MethodGet, path, nil)
@@ -314,6 +356,8 @@ func readStream[T any](c *Client, ctx context.Context, path string, ready func()
 		switch {
 		case l.Event != nil:
 			emit(*l.Event)
+		case l.End:
+			return nil
 		default:
 			return &Error{Status: http.StatusInternalServerError, Message: l.Error}
 		}

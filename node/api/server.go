@@ -249,6 +249,28 @@ func handler(agent Agent, limits Limits) http.Handler {
 	mux.Handle("DELETE /v1/tasks/{name}", endpoint(func(r *http.Request) (any, error) {
 		return agent.DeleteTask(r.Context(), r.PathValue("name"))
 	}))
+	mux.Handle("POST /v1/jobs", endpoint(func(r *http.Request) (any, error) {
+		var req JobRequest
+		if err := decode(r, &req); err != nil {
+			return nil, err
+		}
+		return agent.SubmitJob(r.Context(), req)
+	}))
+	mux.Handle("GET /v1/jobs", endpoint(func(r *http.Request) (any, error) {
+		return agent.Jobs(r.Context(), r.URL.Query().Get("tribe"))
+	}))
+	mux.Handle("GET /v1/jobs/{id}", endpoint(func(r *http.Request) (any, error) {
+		return agent.Job(r.Context(), r.PathValue("id"))
+	}))
+	mux.Handle("POST /v1/jobs/{id}/cancel", endpoint(func(r *http.Request) (any, error) {
+		return agent.CancelJob(r.Context(), r.PathValue("id"))
+	}))
+	mux.Handle("GET /v1/jobs/{id}/output/{node}", endpoint(func(r *http.Request) (any, error) {
+		return agent.JobOutput(r.Context(), r.PathValue("id"), r.PathValue("node"))
+	}))
+	mux.Handle("GET /v1/jobs/{id}/wait", streamHandler(func(r *http.Request, emit func(*JobTarget)) error {
+		return agent.WaitJob(r.Context(), r.PathValue("id"), emit)
+	}))
 	mux.Handle("POST /v1/reload", endpoint(func(r *http.Request) (any, error) {
 		return agent.Reload(r.Context())
 	}))
@@ -431,6 +453,9 @@ func streamHandler[T any](run func(r *http.Request, emit func(*T)) error) http.H
 			writeError(w, status(err), err)
 		case err != nil && r.Context().Err() == nil:
 			enc.Encode(streamLine[T]{Error: err.Error()})
+		case err == nil && r.Context().Err() == nil:
+			start()
+			enc.Encode(streamLine[T]{End: true})
 		}
 	})
 }

@@ -77,6 +77,19 @@ type Agent interface {
 	// WatchTask streams each run of a task on every member as it ends,
 	// until ctx ends (emit(nil) once it watches).
 	WatchTask(ctx context.Context, name string, emit func(*TaskRun)) error
+
+	// Durable jobs: SubmitJob (trusted writers) fixes the targets and
+	// writes the job; Job shows it with a row per target; Jobs lists them
+	// (of one tribe, if set); CancelJob stops it on every target that has
+	// not started it; JobOutput fetches a target's whole output; WaitJob
+	// calls emit(nil) once it follows the job, then emits each target's
+	// final state as it arrives, and returns when no target is pending.
+	SubmitJob(ctx context.Context, req JobRequest) (Job, error)
+	Job(ctx context.Context, id string) (Job, error)
+	Jobs(ctx context.Context, tribe string) ([]Job, error)
+	CancelJob(ctx context.Context, id string) (Job, error)
+	JobOutput(ctx context.Context, id, node string) (JobOutput, error)
+	WaitJob(ctx context.Context, id string, emit func(*JobTarget)) error
 }
 
 // ReloadResult is `tribe reload`: the settings read again and applied
@@ -313,6 +326,9 @@ type errorBody struct {
 type streamLine[T any] struct {
 	Event *T     `json:"event,omitempty"`
 	Error string `json:"error,omitempty"`
+	// End says the stream is complete (a job wait that saw every target
+	// end), as opposed to cut short.
+	End bool `json:"end,omitempty"`
 }
 
 // TaskRequest creates a task: its manifest as the user wrote it (YAML or
@@ -359,4 +375,74 @@ type TaskRun struct {
 	MS     int64           `json:"ms"`
 	Error  string          `json:"error,omitempty"`
 	Output json.RawMessage `json:"output,omitempty"` // JSON, or a JSON string of the head when cut
+}
+
+// JobRequest submits a durable job: a plugin call every target runs once,
+// even a target that is down now, when it comes back before Expires.
+type JobRequest struct {
+	Tribes []string        `json:"tribes,omitempty"` // their members now are targets; the first is the job's queue
+	Nodes  []string        `json:"nodes,omitempty"`  // names or peer IDs
+	Plugin string          `json:"plugin"`
+	Method string          `json:"method"`
+	Args   json.RawMessage `json:"args,omitempty"`
+	// Expires is how long after submission a target may still start it
+	// (0: 24h, at most 30 days).
+	Expires time.Duration `json:"expires,omitempty"`
+	// Retries is how many more attempts a target makes after a failed or
+	// interrupted one (0 to 10).
+	Retries int `json:"retries,omitempty"`
+	// IncludeNew also targets nodes that join one of Tribes before the job
+	// expires.
+	IncludeNew bool `json:"include_new,omitempty"`
+	// Parallel runs it beside the tribe's queue instead of in its turn.
+	Parallel bool `json:"parallel,omitempty"`
+	// Timeout bounds one attempt (0: the call default, 30s; at most 10m).
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Job is a durable job and where it stands. State is pending while any
+// target may still run it, else done (every target done) or failed.
+type Job struct {
+	ID         string          `json:"id"`
+	State      string          `json:"state"`
+	Tribes     []string        `json:"tribes,omitempty"`
+	Plugin     string          `json:"plugin"`
+	Method     string          `json:"method"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	Created    time.Time       `json:"created"`
+	Expires    time.Time       `json:"expires"`
+	Retries    int             `json:"retries"`
+	IncludeNew bool            `json:"include_new,omitempty"`
+	Parallel   bool            `json:"parallel,omitempty"`
+	Cancelled  bool            `json:"cancelled,omitempty"`
+	// Counts are the targets by state.
+	Counts  map[string]int `json:"counts"`
+	Targets []JobTarget    `json:"targets,omitempty"`
+}
+
+// JobTarget is where a job stands on one target, from the ack that target
+// wrote (pending if it wrote none yet). MS is the last attempt's duration.
+type JobTarget struct {
+	Job          string `json:"job"`
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	State        string `json:"state"`
+	OK           bool   `json:"ok"`
+	Attempts     int    `json:"attempts"`
+	MS           int64  `json:"ms"`
+	Error        string `json:"error,omitempty"`
+	OutputHead   string `json:"output_head,omitempty"`
+	OutputBytes  int    `json:"output_bytes,omitempty"`
+	OutputDigest string `json:"output_digest,omitempty"`
+}
+
+// JobOutput is a target's whole output of a job (`tribe job output`), as
+// the plugin answered it, checked against the digest in its ack.
+type JobOutput struct {
+	Job    string `json:"job"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Bytes  int    `json:"bytes"`
+	Digest string `json:"digest"`
+	Output string `json:"output"`
 }

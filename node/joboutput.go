@@ -1,0 +1,167 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/jobs"
+)
+
+// JobOutputProtocol serves a target's whole output of a job (`tribe job
+// output`): the request is one line {"job": "<id>"}, the answer one line
+// {"output": "<bytes>"} or {"error": "..."}. Only trusted writers may ask.
+const JobOutputProtocol = "/tribe/job-output/1.0.0"
+
+// jobOutputRequestMax bounds a request line.
+const jobOutputRequestMax = 256
+
+// decodeJobOutputRequest reads a request line, refusing anything else.
+func decodeJobOutputRequest(line []byte) (string, error) {
+	var req struct {
+		Job string `json:"job"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return "", fmt.Errorf("not an output request: %w", err)
+	}
+	if !gossip.ValidName(req.Job) {
+		return "", fmt.Errorf("job %q is not a job id", req.Job)
+	}
+	return req.Job, nil
+}
+
+type jobOutputAnswer struct {
+	Output []byte `json:"output,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// serveJobOutput is a target's side.
+func (n *Node) serveJobOutput(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(handshakeTimeout))
+	line, err := bufio.NewReaderSize(s, jobOutputRequestMax).ReadSlice('\n')
+	var id string
+	if err == nil {
+		id, err = decodeJobOutputRequest(line)
+	}
+	answer := func(a jobOutputAnswer) { json.NewEncoder(s).Encode(a) }
+	if err != nil {
+		n.jobs.outputRefused.Add(1)
+		answer(jobOutputAnswer{Error: "bad output request: " + err.Error()})
+		s.Reset()
+		return
+	}
+	if from := s.Conn().RemotePeer(); !n.replica.Trust().Trusted(from) {
+		n.jobs.outputRefused.Add(1)
+		answer(jobOutputAnswer{Error: fmt.Sprintf("%s is not a trusted writer: only trusted writers read job outputs", from)})
+		return
+	}
+	out, err := n.readJobOutput(id)
+	if err != nil {
+		answer(jobOutputAnswer{Error: err.Error()})
+		return
+	}
+	s.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
+	answer(jobOutputAnswer{Output: out})
+}
+
+// readJobOutput is this node's kept output of job id.
+func (n *Node) readJobOutput(id string) ([]byte, error) {
+	a, ok := n.ownAck(id)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("job %s has not run on this node", id)
+	case a.OutputBytes == 0:
+		return nil, fmt.Errorf("job %s ran here (%s) with no output", id, a.State)
+	}
+	out, err := os.ReadFile(n.jobOutputPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("job %s's output is no longer kept on this node", id)
+	}
+	return out, err
+}
+
+// JobOutput implements api.Agent: node's kept output of job id, this
+// node's from its file, another's over JobOutputProtocol, checked against
+// the digest in that node's signed ack.
+func (n *Node) JobOutput(ctx context.Context, id, node string) (api.JobOutput, error) {
+	if _, ok := n.replica.Get(jobKey(id)); !ok {
+		return api.JobOutput{}, api.NotFound(fmt.Errorf("%w %q (see `tribe job list`)", ErrUnknownJob, id))
+	}
+	ids, err := n.resolve([]string{node})
+	if err != nil {
+		return api.JobOutput{}, err
+	}
+	target := ids[0]
+	rec, _ := n.nodeNamed(target)
+	e, ok := n.replica.Get(ackKey(id, target))
+	if !ok {
+		return api.JobOutput{}, api.BadRequest(fmt.Errorf("%s has not acknowledged job %s", node, id))
+	}
+	a, err := jobs.DecodeAck(e.Value)
+	if err != nil {
+		return api.JobOutput{}, fmt.Errorf("%s's ack of job %s: %w", node, id, err)
+	}
+	if a.OutputBytes == 0 {
+		return api.JobOutput{Job: id, ID: target.String(), Name: rec.Name}, nil
+	}
+	var out []byte
+	if target == n.host.ID() {
+		out, err = n.readJobOutput(id)
+	} else {
+		out, err = n.fetchJobOutput(ctx, target, rec.Addrs, id)
+	}
+	if err != nil {
+		return api.JobOutput{}, fmt.Errorf("output of job %s on %s: %w", id, node, err)
+	}
+	sum := sha256.Sum256(out)
+	if digest := hex.EncodeToString(sum[:]); digest != a.OutputDigest || len(out) != a.OutputBytes {
+		return api.JobOutput{}, fmt.Errorf("output of job %s on %s does not match its ack (%d bytes, sha256 %s; the ack says %d, %s)",
+			id, node, len(out), digest, a.OutputBytes, a.OutputDigest)
+	}
+	return api.JobOutput{Job: id, ID: target.String(), Name: rec.Name, Bytes: len(out), Digest: a.OutputDigest, Output: string(out)}, nil
+}
+
+func (n *Node) fetchJobOutput(ctx context.Context, p peer.ID, addrs []string, id string) ([]byte, error) {
+	if n.host.Network().Connectedness(p) != network.Connected {
+		n.learnAddrs(p, addrs)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := n.host.NewStream(ctx, p, JobOutputProtocol)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	defer s.Close()
+	if err := json.NewEncoder(s).Encode(struct {
+		Job string `json:"job"`
+	}{id}); err != nil {
+		return nil, err
+	}
+	// base64 of the largest output, and the JSON around it.
+	var a jobOutputAnswer
+	if err := json.NewDecoder(io.LimitReader(s, jobOutputMax/3*4+1024)).Decode(&a); err != nil {
+		return nil, err
+	}
+	if a.Error != "" {
+		return nil, errors.New(a.Error)
+	}
+	return a.Output, nil
+}

@@ -1,0 +1,341 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/jobs"
+)
+
+// Durable jobs (plugins/jobs holds the rule): a trusted writer writes
+// jobs/<id> with the targets fixed; each target runs it once when it sees
+// it and acknowledges in jobs/<id>/acks/<its peer ID>. The own ack is the
+// journal: it is stored (bbolt, fsync) as running before the plugin is
+// called, so a crash mid-run is found at the next start. The whole output
+// stays in <data-dir>/jobs/<id>.out; the ack carries its head and digest.
+
+const jobsPrefix = "jobs/"
+
+func jobKey(id string) string { return jobsPrefix + id }
+
+func ackKey(id string, p peer.ID) string { return jobsPrefix + id + "/acks/" + p.String() }
+
+// jobCollectEvery is how often a node looks for finished jobs past their
+// retention (trusted writers delete them) and for its acks of deleted jobs.
+const jobCollectEvery = time.Minute
+
+// jobOutputMax caps the output a target keeps of one run.
+const jobOutputMax = 1 << 20
+
+// jobSet is this node's side of jobs.
+type jobSet struct {
+	runner jobs.Runner
+	poke   chan struct{}
+
+	mu    sync.Mutex
+	cache map[string]cachedJob // decoded job entries, by key
+
+	unreadable    atomic.Int64 // job or ack entries this version cannot read
+	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
+}
+
+type cachedJob struct {
+	hash   [32]byte
+	job    *jobs.Job
+	author peer.ID
+	err    error
+}
+
+func (s *jobSet) pokeLoop() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
+
+// job decodes a job entry, once per version.
+func (n *Node) job(e *gossip.Signed) (*jobs.Job, peer.ID, error) {
+	s := &n.jobs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.cache[e.Key]; ok && c.hash == e.Hash {
+		return c.job, c.author, c.err
+	}
+	j, err := jobs.Decode(e.Value)
+	if err == nil && jobKey(j.ID) != e.Key {
+		err = errors.New("the job's id is not its key's")
+	}
+	c := cachedJob{hash: e.Hash, job: &j, author: e.Author, err: err}
+	if err != nil {
+		s.unreadable.Add(1)
+		n.log.Warn("a job entry this agent cannot read", "key", e.Key, "author", e.Author, "err", err)
+		c.job = nil
+	}
+	if s.cache == nil {
+		s.cache = map[string]cachedJob{}
+	}
+	s.cache[e.Key] = c
+	return c.job, c.author, err
+}
+
+// isJobKey reports whether key is jobs/<id> (not an ack).
+func isJobKey(key string) bool {
+	return strings.HasPrefix(key, jobsPrefix) && !strings.Contains(key[len(jobsPrefix):], "/")
+}
+
+// knownJobs are the readable live jobs.
+func (n *Node) knownJobs() []*jobs.Job {
+	var out []*jobs.Job
+	for _, e := range n.replica.Prefix(jobsPrefix) {
+		if !isJobKey(e.Key) {
+			continue
+		}
+		if j, _, err := n.job(e); err == nil {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// jobHost is the node as plugins/jobs sees it.
+type jobHost struct{ n *Node }
+
+func (h jobHost) Self() string   { return h.n.host.ID().String() }
+func (h jobHost) Now() time.Time { return h.n.now() }
+func (h jobHost) Jobs() []*jobs.Job {
+	return h.n.knownJobs()
+}
+
+func (h jobHost) Known(id string) bool {
+	_, ok := h.n.replica.Version(jobKey(id))
+	return ok
+}
+
+func (h jobHost) Acks() map[string]jobs.Ack {
+	out := map[string]jobs.Ack{}
+	for _, j := range h.n.knownJobs() {
+		if a, ok := h.n.ownAck(j.ID); ok {
+			out[j.ID] = a
+		}
+	}
+	return out
+}
+
+func (h jobHost) Member(tribe string) bool { return h.n.isMember(tribe, h.n.host.ID()) }
+
+func (h jobHost) PutAck(id string, a jobs.Ack) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	_, err = h.n.replica.Put(h.n.ctx, ackKey(id, h.n.host.ID()), b)
+	return err
+}
+
+// ownAck is this node's ack of job id.
+func (n *Node) ownAck(id string) (jobs.Ack, bool) {
+	e, ok := n.replica.Get(ackKey(id, n.host.ID()))
+	if !ok {
+		return jobs.Ack{}, false
+	}
+	a, err := jobs.DecodeAck(e.Value)
+	if err != nil { // its own, from another version: start over from it
+		n.jobs.unreadable.Add(1)
+		return jobs.Ack{}, false
+	}
+	return a, true
+}
+
+// jobLoop runs the jobs that reach this node, when a job or this node's
+// memberships change and when the plan asks to be woken.
+func (n *Node) jobLoop() {
+	self := n.host.ID().String()
+	defer n.replica.Watch(jobsPrefix, func(c gossip.Change) {
+		if isJobKey(c.Key) || strings.HasSuffix(c.Key, "/acks/"+self) {
+			n.jobs.pokeLoop()
+		}
+	})()
+	defer n.replica.Watch(tribesPrefix, func(c gossip.Change) {
+		if strings.Contains(c.Key, "/members/"+self+"/") {
+			n.jobs.pokeLoop()
+		}
+	})()
+	n.host.SetStreamHandler(JobOutputProtocol, n.serveJobOutput)
+	defer n.host.RemoveStreamHandler(JobOutputProtocol)
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	collect := time.NewTicker(jobCollectEvery)
+	defer collect.Stop()
+	n.jobs.pokeLoop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.jobs.poke:
+		case <-wake.C:
+		case <-collect.C:
+			n.collectJobs()
+			continue
+		}
+		runs, at, err := n.jobs.runner.Step(jobHost{n})
+		if err != nil && n.ctx.Err() == nil {
+			n.log.Warn("jobs", "err", err)
+		}
+		for _, r := range runs {
+			n.spawn(func() { n.runJob(r) })
+		}
+		if !at.IsZero() {
+			wake.Reset(max(at.Sub(n.now()), 10*time.Millisecond))
+		}
+	}
+}
+
+// runJob makes one attempt and writes how it ended.
+func (n *Node) runJob(r jobs.Run) {
+	res := n.callJob(r.Job)
+	if n.ctx.Err() != nil {
+		// The agent stops: the running ack stays, and the next start
+		// reports the attempt interrupted (or retries it).
+		return
+	}
+	if len(res.Output) > jobOutputMax {
+		res.Output = res.Output[:jobOutputMax]
+	}
+	if len(res.Output) > 0 {
+		if err := n.saveJobOutput(r.Job.ID, res.Output); err != nil {
+			n.log.Warn("keeping a job's output", "job", r.Job.ID, "err", err)
+		}
+	}
+	if err := n.jobs.runner.Finish(jobHost{n}, r, res); err != nil && n.ctx.Err() == nil {
+		n.log.Warn("acknowledging a job", "job", r.Job.ID, "err", err)
+	}
+	n.log.Debug("job ran", "job", r.Job.ID, "ok", res.OK, "err", res.Error)
+}
+
+// callJob calls the job's plugin here, under the same authorisation as a
+// call from its writer: loaded in a tribe of the job this node is a member
+// of (or, for a job sent to named nodes, any tribe that loaded it).
+func (n *Node) callJob(j *jobs.Job) jobs.Result {
+	e, ok := n.replica.Get(jobKey(j.ID))
+	if !ok {
+		return jobs.Result{Error: "the job was deleted"}
+	}
+	var tribes []string
+	for _, t := range j.Tribes {
+		if n.isMember(t, n.host.ID()) {
+			tribes = append(tribes, t)
+		}
+	}
+	tribes = append(tribes, "")
+	var inst *plugins.Instance
+	var err error
+	for _, t := range tribes {
+		if inst, err = n.Authorize(e.Author, plugins.Request{Tribe: t, Plugin: j.Plugin, Method: j.Method}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return jobs.Result{Error: err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, cmp.Or(j.Timeout, plugins.DefaultTimeout))
+	defer cancel()
+	out, err := inst.Invoke(ctx, j.Method, j.Args)
+	if err != nil {
+		return jobs.Result{Output: out, Error: err.Error()}
+	}
+	return jobs.Result{OK: true, Output: out}
+}
+
+func (n *Node) jobDir() string { return filepath.Join(n.cfg.DataDir, "jobs") }
+
+func (n *Node) jobOutputPath(id string) string { return filepath.Join(n.jobDir(), id+".out") }
+
+// saveJobOutput keeps a run's whole output, written in full before the
+// ack that names its digest.
+func (n *Node) saveJobOutput(id string, out []byte) error {
+	if err := os.MkdirAll(n.jobDir(), 0o700); err != nil {
+		return err
+	}
+	tmp := n.jobOutputPath(id) + ".tmp"
+	if err := os.WriteFile(tmp, out, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, n.jobOutputPath(id))
+}
+
+// collectJobs deletes, on a trusted writer, the jobs finished longer than
+// the retention ago; and on every node, its acks (and kept outputs) of jobs
+// that are gone.
+func (n *Node) collectJobs() {
+	now := n.now()
+	self := n.host.ID()
+	mayDelete := n.replica.Trust().Authorize(jobKey("x"), self) == nil
+	live := map[string]bool{}
+	var own []string
+	for _, e := range n.replica.Prefix(jobsPrefix) {
+		if !isJobKey(e.Key) {
+			if strings.HasSuffix(e.Key, "/acks/"+self.String()) {
+				own = append(own, strings.Split(e.Key, "/")[1])
+			}
+			continue
+		}
+		j, _, err := n.job(e)
+		if err != nil {
+			continue
+		}
+		live[j.ID] = true
+		if !mayDelete {
+			continue
+		}
+		s := n.summarize(j)
+		if now.After(jobs.CollectAt(j, s, n.cfg.JobRetention)) {
+			if _, err := n.replica.Delete(n.ctx, e.Key); err != nil && n.ctx.Err() == nil {
+				n.log.Warn("collecting a finished job", "job", j.ID, "err", err)
+			}
+			delete(live, j.ID)
+		}
+	}
+	for _, id := range own {
+		if live[id] {
+			continue
+		}
+		if _, err := n.replica.Delete(n.ctx, ackKey(id, self)); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("collecting an ack", "job", id, "err", err)
+		}
+	}
+	files, _ := os.ReadDir(n.jobDir())
+	for _, f := range files {
+		if id, ok := strings.CutSuffix(f.Name(), ".out"); ok && !live[id] {
+			os.Remove(filepath.Join(n.jobDir(), f.Name()))
+		}
+	}
+}
+
+// summarize is a job across its targets, as this node knows it.
+func (n *Node) summarize(j *jobs.Job) jobs.Summary {
+	acks := map[string]jobs.Ack{}
+	for _, e := range n.replica.Prefix(jobKey(j.ID) + "/acks/") {
+		a, err := jobs.DecodeAck(e.Value)
+		if err != nil {
+			continue
+		}
+		acks[e.Key[strings.LastIndexByte(e.Key, '/')+1:]] = a
+	}
+	var known []string
+	for _, e := range n.replica.Prefix(nodesPrefix) {
+		known = append(known, strings.TrimPrefix(e.Key, nodesPrefix))
+	}
+	return jobs.Summarize(j, acks, known, n.now())
+}

@@ -1,0 +1,160 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/jobs"
+)
+
+// jobTribe makes tribe t of the given nodes (by name) with plugin loaded,
+// from n, and waits until every member has it loaded.
+func jobTribe(t *testing.T, n *Node, tribe, plugin string, members []*Node) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := n.CreateTribe(ctx, tribe); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range members {
+		names = append(names, m.cfg.Name)
+	}
+	waitFor(t, "every member known by name", func() bool { _, err := n.resolve(names); return err == nil })
+	if _, err := n.Join(ctx, tribe, names); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.LoadPlugin(ctx, plugin, tribe, api.LoadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		waitFor(t, plugin+" loaded on "+m.cfg.Name, func() bool { return pluginStates(m, tribe)[m.cfg.Name] == "loaded" })
+	}
+}
+
+func jobState(t *testing.T, n *Node, id string) api.Job {
+	t.Helper()
+	j, err := n.Job(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func targetStates(j api.Job) map[string]string {
+	out := map[string]string{}
+	for _, t := range j.Targets {
+		out[t.Name] = t.State
+	}
+	return out
+}
+
+// A job reaches every target: the one that is up at once, the one that
+// was down when it comes back; each output can be fetched and matches.
+func TestJobReachesATargetThatWasDown(t *testing.T) {
+	ctx := context.Background()
+	a := startNode(t, loopbackConfig(t, "a"))
+	bc := loopbackConfig(t, "b")
+	bc.Join = []string{tcpAddr(a)}
+	b := startNode(t, bc)
+	jobTribe(t, a, "t", "echo", []*Node{a, b})
+
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`{"hello":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job done on both", func() bool { return jobState(t, a, j.ID).State == "done" })
+
+	b.Close()
+	j2, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`"second"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second job done on a", func() bool { return targetStates(jobState(t, a, j2.ID))["a"] == "done" })
+	if s := jobState(t, a, j2.ID); s.State != "pending" || targetStates(s)["b"] != "pending" {
+		t.Fatalf("with b down: %+v", s)
+	}
+	bc.Join = []string{tcpAddr(a)}
+	b2 := startNode(t, bc) // the same data dir: the same node
+	waitFor(t, "the second job done on b after its restart", func() bool { return jobState(t, a, j2.ID).State == "done" })
+	for _, target := range []string{"a", "b"} {
+		o, err := a.JobOutput(ctx, j2.ID, target)
+		if err != nil || o.Output != `"second"` {
+			t.Fatalf("output on %s: %+v %v", target, o, err)
+		}
+	}
+	// b ran each job once: two acks, each one attempt.
+	for _, id := range []string{j.ID, j2.ID} {
+		if a, ok := b2.ownAck(id); !ok || a.Attempts != 1 || a.State != jobs.Done {
+			t.Fatalf("b's ack of %s: %+v", id, a)
+		}
+	}
+}
+
+// A node that crashes while it runs a job finds its running ack at the
+// next start and reports the job interrupted, without running it again.
+func TestJobInterruptedByACrash(t *testing.T) {
+	ctx := context.Background()
+	c := loopbackConfig(t, "a")
+	c.Exec = plugins.ExecConfig{Commands: map[string]plugins.Command{"slow": {Argv: []string{"sleep", "30"}}}}
+	a := startNode(t, c)
+	jobTribe(t, a, "t", "exec", []*Node{a})
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "exec", Method: "run", Args: json.RawMessage(`{"command":"slow"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job running", func() bool { return targetStates(jobState(t, a, j.ID))["a"] == "running" })
+	a.Crash()
+	a2 := startNode(t, c)
+	waitFor(t, "the job interrupted", func() bool { return jobState(t, a2, j.ID).State == "failed" })
+	ack, _ := a2.ownAck(j.ID)
+	if ack.State != jobs.Interrupted || ack.Attempts != 1 || !strings.Contains(ack.Error, "interrupted") {
+		t.Fatalf("ack after the crash: %+v", ack)
+	}
+}
+
+// Submission refuses what cannot run, and an agent that is not a trusted
+// writer; a forged ack from another node changes nothing.
+func TestJobRefusals(t *testing.T) {
+	ctx := context.Background()
+	a := startNode(t, loopbackConfig(t, "a"))
+	jobTribe(t, a, "t", "echo", []*Node{a})
+	for name, req := range map[string]api.JobRequest{
+		"unknown plugin":    {Tribes: []string{"t"}, Plugin: "nope", Method: "x"},
+		"not loaded there":  {Tribes: []string{"t"}, Plugin: "sys", Method: "collect"},
+		"unknown tribe":     {Tribes: []string{"zzz"}, Plugin: "echo", Method: "echo"},
+		"unknown node":      {Nodes: []string{"nobody"}, Plugin: "echo", Method: "echo"},
+		"no targets":        {Plugin: "echo", Method: "echo"},
+		"bad args":          {Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`{`)},
+		"oversized args":    {Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`"` + strings.Repeat("a", jobs.MaxArgs) + `"`)},
+		"expiry too long":   {Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Expires: 31 * 24 * time.Hour},
+		"too many retries":  {Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Retries: 11},
+		"include-new alone": {Nodes: []string{"a"}, Plugin: "echo", Method: "echo", IncludeNew: true},
+	} {
+		if _, err := a.SubmitJob(ctx, req); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if js, _ := a.Jobs(ctx, ""); len(js) != 0 {
+		t.Fatalf("refused submissions wrote jobs: %+v", js)
+	}
+
+	// b is not a trusted writer: it may not submit, and its job entries
+	// and its acks written for a are refused by every replica.
+	oc := loopbackConfig(t, "b")
+	oc.Join = []string{tcpAddr(a)}
+	oc.Trusted = []string{a.ID().String()}
+	b := startNode(t, oc)
+	if _, err := b.SubmitJob(ctx, api.JobRequest{Nodes: []string{"a"}, Plugin: "echo", Method: "echo"}); err == nil || !errors.Is(err, gossip.ErrUnauthorized) && !strings.Contains(err.Error(), "may not write") {
+		t.Fatalf("an untrusted writer's submission: %v", err)
+	}
+	if _, err := b.replica.Put(ctx, ackKey("x1", a.ID()), []byte(`{"state":"done"}`)); !errors.Is(err, gossip.ErrUnauthorized) {
+		t.Fatalf("an ack for another node: %v", err)
+	}
+}

@@ -63,7 +63,6 @@ func (n *Node) serveJobOutput(s network.Stream) {
 	if err != nil {
 		n.jobs.outputRefused.Add(1)
 		answer(jobOutputAnswer{Error: "bad output request: " + err.Error()})
-		s.Reset()
 		return
 	}
 	if from := s.Conn().RemotePeer(); !n.replica.Trust().Trusted(from) {

@@ -39,6 +39,10 @@ type hello struct {
 	Name    string `json:"name"`
 	Cluster string `json:"cluster"`
 	Version string `json:"version"`
+	// Boot is random per start of the agent: a new one from a peer we
+	// still hold connections to means those belong to its previous run
+	// (see relink).
+	Boot string `json:"boot,omitempty"`
 }
 
 // decodeHello parses a hello from the network: at most maxHelloSize bytes
@@ -59,8 +63,8 @@ func decodeHello(b []byte) (hello, error) {
 	if !clusterRE.MatchString(h.Cluster) {
 		return hello{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)
 	}
-	if len(h.Name) > 64 || len(h.Version) > 64 {
-		return hello{}, fmt.Errorf("%w: name or version too long", ErrBadHello)
+	if len(h.Name) > 64 || len(h.Version) > 64 || len(h.Boot) > 64 {
+		return hello{}, fmt.Errorf("%w: name, version or boot too long", ErrBadHello)
 	}
 	return h, nil
 }
@@ -80,17 +84,17 @@ func (b *peerBook) get(p peer.ID) (hello, bool) {
 	return h, ok
 }
 
-// put records h and reports whether anything changed.
-func (b *peerBook) put(p peer.ID, h hello) bool {
+// put records h and returns what it replaced, if anything.
+func (b *peerBook) put(p peer.ID, h hello) (old hello, had bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	old, ok := b.m[p]
+	old, had = b.m[p]
 	b.m[p] = h
-	return !ok || old != h
+	return old, had
 }
 
 func (n *Node) ownHello() hello {
-	return hello{Name: n.cfg.Name, Cluster: n.cfg.Cluster, Version: Version}
+	return hello{Name: n.cfg.Name, Cluster: n.cfg.Cluster, Version: Version, Boot: n.boot}
 }
 
 // startHello serves HelloProtocol and greets every peer once identify has
@@ -184,7 +188,11 @@ func (n *Node) badHelloSeen(p peer.ID, msg string, err error) {
 // once, so a crash right after connecting still finds it again on restart.
 func (n *Node) heard(p peer.ID, h hello) {
 	n.joinHeard(p, h)
-	if !n.peers.put(p, h) {
+	old, had := n.peers.put(p, h)
+	if had && restarted(old, h, len(n.host.Network().ConnsToPeer(p))) {
+		n.spawn(func() { n.relink(p) })
+	}
+	if had && old == h {
 		return
 	}
 	if h.Cluster != n.cfg.Cluster {
@@ -231,5 +239,43 @@ func readHello(r io.Reader) (hello, error) {
 			}
 			return hello{}, err
 		}
+	}
+}
+
+// restarted reports whether a peer that said old before and h now, with
+// conns connections to it, restarted while one of them stayed: a new boot
+// and more than the one connection h came on.
+func restarted(old, h hello, conns int) bool {
+	return old.Boot != "" && h.Boot != "" && old.Boot != h.Boot && conns > 1
+}
+
+// relinkDelay is how long relink leaves a peer unconnected: long enough
+// for pubsub to process the disconnection (it runs on pubsub's event
+// loop) before the peer connects again.
+const relinkDelay = 2 * time.Second
+
+// relink starts over the link to a peer that restarted while we held a
+// connection to its previous run. That connection is dead but not yet
+// known to be (QUIC notices after its idle timeout, 30 s), and pubsub
+// writes to the peer on it, taking the peer's new connection for a
+// duplicate: nothing published here reaches the peer until then. Closing
+// every connection to it and dialling again after relinkDelay gives pubsub
+// a clean new peer on both sides.
+func (n *Node) relink(p peer.ID) {
+	n.log.Debug("peer restarted while connected: reconnecting", "peer", p)
+	n.relinks.Add(1)
+	n.host.Network().ClosePeer(p)
+	select {
+	case <-time.After(relinkDelay):
+	case <-n.ctx.Done():
+		return
+	}
+	if n.host.Network().Connectedness(p) == network.Connected {
+		return // it dialled us meanwhile
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, helloTimeout)
+	defer cancel()
+	if err := n.host.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
+		n.log.Debug("reconnecting a restarted peer", "peer", p, "err", err)
 	}
 }

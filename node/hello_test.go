@@ -150,3 +150,27 @@ func TestBadHellosAreWarnedOncePerPeerPerMinute(t *testing.T) {
 		t.Fatalf("a minute later: %q; want a second warning saying 49 were suppressed", got)
 	}
 }
+
+func TestRestartedPeer(t *testing.T) {
+	run1 := hello{Name: "w3", Cluster: "tribe", Version: "1", Boot: "aa"}
+	run2 := run1
+	run2.Boot = "bb"
+	old := run1
+	old.Boot = "" // an agent from before boot was said
+	for _, c := range []struct {
+		name     string
+		old, now hello
+		conns    int
+		want     bool
+	}{
+		{"a new run, a connection to the old one left", run1, run2, 2, true},
+		{"a new run, the old connection gone", run1, run2, 1, false},
+		{"the same run, a second connection", run1, run1, 2, false},
+		{"no boot before", old, run2, 2, false},
+		{"no boot now", run1, old, 2, false},
+	} {
+		if got := restarted(c.old, c.now, c.conns); got != c.want {
+			t.Errorf("%s: restarted = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -189,6 +189,7 @@ func (n *Node) jobLoop() {
 			n.collectJobs()
 			continue
 		}
+		n.reconcilePlugins()
 		runs, at, err := n.jobs.runner.Step(jobHost{n})
 		if err != nil && n.ctx.Err() == nil {
 			n.log.Warn("jobs", "err", err)

@@ -33,6 +33,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -112,6 +113,9 @@ type Node struct {
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+	boot  string // random per start, in our hello
+
+	relinks atomic.Int64 // links started over because the peer restarted (relink)
 
 	// What tribe reload changes (reload.go): live is read without a lock,
 	// inForce (the config in force) and the reload itself under reloadMu.
@@ -226,6 +230,9 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		crand.Read(seed[:])
 		n.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])))
 	}
+	var boot [8]byte
+	crand.Read(boot[:])
+	n.boot = hex.EncodeToString(boot[:])
 	for _, s := range cfg.Join {
 		t, _ := parseJoin(s) // Validate has checked it
 		n.joins = append(n.joins, newJoin(t))
@@ -342,9 +349,6 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Warn("the open file limit is below what the connection limits may use: raise it (ulimit -n, LimitNOFILE=)",
 				"limit", have, "want", need)
 		}
-		if err := listen(n.host.Network(), n.cfg.listenAddrs()); err != nil {
-			return err
-		}
 	}
 	if err := n.startHello(); err != nil {
 		return err
@@ -353,8 +357,10 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.watchDisconnects(); err != nil {
 		return err
 	}
-	// Pubsub before any connection: it does not see peers that connected
-	// before it existed.
+	// Pubsub before any connection, in or out: it does not see peers that
+	// connected before it existed. So the host listens only once pubsub
+	// is there: a peer that redialled a restarting agent at once got in
+	// first, and the agent's pubsub never wrote to it.
 	var err error
 	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions(stateTopic(n.cfg.Cluster), &n.drops)...); err != nil {
 		return fmt.Errorf("node: pubsub: %w", err)
@@ -364,6 +370,11 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if err := n.startPresence(n.pubsub, n.key); err != nil {
 		return err
+	}
+	if n.ownsHost {
+		if err := listen(n.host.Network(), n.cfg.listenAddrs()); err != nil {
+			return err
+		}
 	}
 	facts, err := n.gatherFacts(ctx, n.settings())
 	if err != nil {

@@ -42,13 +42,14 @@ func TestMain(m *testing.M) {
 
 // agentProc is one `tribe agent` process.
 type agentProc struct {
-	t    testing.TB
-	name string
-	dir  string // data dir
-	args []string
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
-	done chan error
+	t     testing.TB
+	name  string
+	dir   string // data dir
+	files string // a web agent's dir for the files its commands write
+	args  []string
+	cmd   *exec.Cmd
+	log   *bytes.Buffer
+	done  chan error
 }
 
 // shortTempDir makes a data dir whose socket path fits a Unix socket.

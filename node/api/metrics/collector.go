@@ -36,6 +36,9 @@ var (
 		"Entries received by anti-entropy pulls.", nil, nil)
 	descApplied = prometheus.NewDesc("tribe_sync_entries_applied_total",
 		"Entries received by anti-entropy pulls that changed the state: what pubsub did not bring.", nil, nil)
+	descRelinks = prometheus.NewDesc("tribe_peer_relinks_total",
+		"Links started over because a peer restarted while this node held a connection to its previous run (so pubsub reaches it again at once).",
+		nil, nil)
 	descPlugins = prometheus.NewDesc("tribe_plugins",
 		"Plugin instances this node was asked to run, one per tribe and plugin, by state (loaded, error).",
 		[]string{"state"}, nil)
@@ -48,7 +51,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descPlugins} {
+		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelinks, descPlugins} {
 		ch <- d
 	}
 }
@@ -81,6 +84,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descPulls, s.Sync.Pulls)
 	counter(descPullsFailed, s.Sync.Failed)
+	counter(descRelinks, s.Sync.Relinks)
 	counter(descRounds, s.Sync.Rounds)
 	counter(descSyncBytes, s.Sync.BytesSent, "sent")
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")

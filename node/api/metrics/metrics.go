@@ -83,9 +83,10 @@ type Snapshot struct {
 
 // Sync is the totals of anti-entropy pulls: how many were made and how
 // many failed, their rounds, bytes each way and entries fetched and
-// applied.
+// applied; and links to restarted peers started over (see relink).
 type Sync struct {
 	Pulls, Failed, Rounds, BytesSent, BytesRecv, Fetched, Applied int64
+	Relinks                                                       int64
 }
 
 // ServedBuckets are the bounds, in seconds, of the served-call histogram:

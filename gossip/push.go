@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -68,7 +69,11 @@ func (r *Replica) servePush(s network.Stream) {
 		s.Reset()
 		return
 	}
-	defer r.pushing.release(from)
+	// The slot is given back before the answer: a sender that pushes
+	// again as soon as it reads one must find it free.
+	var once sync.Once
+	release := func() { once.Do(func() { r.pushing.release(from) }) }
+	defer release()
 	s.SetDeadline(time.Now().Add(pushTimeout))
 	b, err := io.ReadAll(io.LimitReader(s, MaxEntrySize+1))
 	if err != nil {
@@ -92,11 +97,13 @@ func (r *Replica) servePush(s network.Stream) {
 	if err != nil {
 		r.counters.reject(err)
 		r.log.Debug("rejected a pushed entry", "from", from, "err", err)
+		release()
 		s.Write([]byte{0})
 		s.Close()
 		return
 	}
 	r.applyRemote([]*Signed{e})
+	release()
 	s.Write([]byte{1})
 	s.Close()
 }

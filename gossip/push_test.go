@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 )
@@ -103,5 +104,53 @@ func TestPushIsBounded(t *testing.T) {
 	}
 	if got := pushRaw(t, n, a, ownRecord(t, a)); got != 1 {
 		t.Fatalf("a push once the slot is free: answer %d, want 1", got)
+	}
+}
+
+// TestPutQuietThenAnnounce: an entry written with PutQuiet is stored but
+// not published; Announce publishes it.
+func TestPutQuietThenAnnounce(t *testing.T) {
+	ctx := context.Background()
+	n := newTestNet(t)
+	m := &testNet{mn: n.mn}
+	h, err := n.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.start(t, h)
+	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(m.r.topic.ListPeers()) == 0 || len(n.r.topic.ListPeers()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the replicas never saw each other in the topic")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	key := "nodes/" + h.ID().String()
+	quiet, err := m.r.PutQuiet(ctx, key, []byte(`{"name":"quiet"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := m.r.Get(key); !ok || got.Hash != quiet.Hash {
+		t.Fatal("PutQuiet did not store the entry here")
+	}
+	time.Sleep(300 * time.Millisecond) // a published entry arrives in milliseconds
+	if _, ok := n.r.Get(key); ok {
+		t.Fatal("an entry written with PutQuiet was published")
+	}
+	m.r.Announce(ctx, quiet)
+	for {
+		if got, ok := n.r.Get(key); ok && got.Hash == quiet.Hash {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an announced entry did not arrive")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -77,7 +77,7 @@ const (
 // Bounds of the pushes this node takes at once: a push is one entry a
 // node sends as it leaves, so one per peer is plenty.
 const (
-	maxPushing        = 16
+	maxPushing        = 64
 	maxPushingPerPeer = 1
 )
 

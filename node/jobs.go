@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
@@ -140,8 +141,54 @@ func (h jobHost) PutAck(id string, a jobs.Ack) error {
 	if err != nil {
 		return err
 	}
-	_, err = h.n.replica.Put(h.n.ctx, ackKey(id, h.n.host.ID()), b)
+	n := h.n
+	key := ackKey(id, n.host.ID())
+	if a.State == jobs.Running {
+		// Stored (the journal) but announced only if the run lasts: most
+		// end in milliseconds, and their done ack says all there is.
+		s, err := n.replica.PutQuiet(n.ctx, key, b)
+		if err == nil {
+			n.spawn(func() {
+				select {
+				case <-time.After(runningAnnounceAfter):
+					n.replica.Announce(n.ctx, s)
+				case <-n.ctx.Done():
+				}
+			})
+		}
+		return err
+	}
+	s, err := n.replica.Put(n.ctx, key, b)
+	if err == nil && a.State.Final() {
+		n.spawn(func() { n.pushAck(id, s) })
+	}
 	return err
+}
+
+// runningAnnounceAfter is how long a run goes before its running ack is
+// published. Until then peers that pull see it; the others see pending.
+// Each ack reaches every node: announcing every start doubled what a job
+// cost the fleet.
+const runningAnnounceAfter = time.Second
+
+// pushAck hands a final ack straight to the job's writer, where `job
+// wait` most likely runs: one stream, like a call's answer, instead of
+// the pubsub broadcast that carries it to everyone else (on one machine
+// with 25 agents, a broadcast took most of a job's time to come back).
+// A push that fails changes nothing: pubsub and anti-entropy still bring
+// the ack.
+func (n *Node) pushAck(id string, s *gossip.Signed) {
+	e, ok := n.replica.Get(jobKey(id))
+	if !ok {
+		return
+	}
+	_, author, err := n.job(e)
+	if err != nil || author == n.host.ID() || n.host.Network().Connectedness(author) != network.Connected {
+		return
+	}
+	if err := n.replica.Push(n.ctx, author, s); err != nil && n.ctx.Err() == nil {
+		n.log.Debug("pushing an ack to the job's writer", "job", id, "err", err)
+	}
 }
 
 // ownAck is this node's ack of job id.

@@ -70,6 +70,10 @@ func TestJobReachesATargetThatWasDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the job done on both", func() bool { return jobState(t, a, j.ID).State == "done" })
+	// The job entry and two acks, each a signed envelope of some 200 bytes.
+	if sb := jobState(t, a, j.ID).StateBytes; sb < 3*150 || sb > 3*2048 {
+		t.Errorf("state bytes of a job with two targets: %d", sb)
+	}
 
 	b.Close()
 	j2, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`"second"`)})

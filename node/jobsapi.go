@@ -202,6 +202,12 @@ func (n *Node) jobView(j *jobs.Job, rows bool) api.Job {
 	v := api.Job{ID: j.ID, State: string(s.State), Tribes: j.Tribes, Plugin: j.Plugin, Method: j.Method, Args: j.Args,
 		Created: j.Created, Expires: j.Expires, Retries: j.Retries, IncludeNew: j.IncludeNew, Parallel: j.Parallel,
 		Cancelled: j.Cancelled, Counts: map[string]int{}}
+	if e, ok := n.replica.Get(jobKey(j.ID)); ok {
+		v.StateBytes += len(e.Raw)
+	}
+	for _, e := range n.replica.Prefix(jobKey(j.ID) + "/acks/") {
+		v.StateBytes += len(e.Raw)
+	}
 	for _, t := range s.Targets {
 		v.Counts[string(t.Ack.State)]++
 		if rows {

@@ -135,60 +135,10 @@ func memOf(b *testing.B, pid int) (rss, pss float64) {
 // the single call (target for 25: at most 5x).
 func BenchmarkFanOut25Agents(b *testing.B) {
 	const n = 25
-	agents := make([]*agentProc, n)
-	agents[0] = newAgent(b, "f0")
-	agents[0].start()
-	seed := agents[0].tcpJoin()
-	for j := 1; j < n; j++ {
-		agents[j] = newAgent(b, fmt.Sprintf("f%d", j), "--join", seed)
-		agents[j].start()
-	}
-	c := api.NewClient(filepath.Join(agents[0].dir, api.SocketName))
+	_, c := echoFleet(b, "f", n, func(all []string) map[string][]string {
+		return map[string][]string{"f25": all, "f5": all[1:6]}
+	})
 	ctx := context.Background()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		nodes, err := c.Nodes(ctx, "")
-		if err == nil && len(nodes) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the first agent knows %d of %d nodes", len(nodes), n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var all []string
-	for _, a := range agents {
-		all = append(all, a.name)
-	}
-	for tribe, members := range map[string][]string{"f25": all, "f5": all[1:6]} {
-		if _, err := c.CreateTribe(ctx, tribe); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Join(ctx, tribe, members); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.LoadPlugin(ctx, "echo", tribe, api.LoadRequest{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for {
-		ps, err := c.Plugins(ctx, "")
-		loaded := 0
-		for _, p := range ps {
-			for _, pn := range p.Nodes {
-				if pn.State == "loaded" {
-					loaded++
-				}
-			}
-		}
-		if err == nil && loaded == n+5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("echo loaded on %d of %d members", loaded, n+5)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	call := func(req api.CallRequest) time.Duration {
 		req.Plugin, req.Method, req.Args = "echo", "echo", []byte(`{"ping":1}`)
 		start := time.Now()
@@ -221,4 +171,69 @@ func BenchmarkFanOut25Agents(b *testing.B) {
 	b.ReportMetric(float64(fan25.Microseconds())/1000/r, "fan25_ms")
 	b.ReportMetric(float64(fan5)/float64(single), "fan5/one")
 	b.ReportMetric(float64(fan25)/float64(single), "fan25/one")
+}
+
+// echoFleet starts n agent processes on loopback (prefix0 is the seed the
+// others --join), waits until the first knows them all, makes the tribes
+// tribes(names) asks for and loads echo in each, and waits until every
+// member has it loaded. It returns the agents and a client of the first.
+func echoFleet(b *testing.B, prefix string, n int, tribes func(names []string) map[string][]string) ([]*agentProc, *api.Client) {
+	b.Helper()
+	agents := make([]*agentProc, n)
+	agents[0] = newAgent(b, prefix+"0")
+	agents[0].start()
+	seed := agents[0].tcpJoin()
+	for j := 1; j < n; j++ {
+		agents[j] = newAgent(b, fmt.Sprintf("%s%d", prefix, j), "--join", seed)
+		agents[j].start()
+	}
+	c := api.NewClient(filepath.Join(agents[0].dir, api.SocketName))
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		nodes, err := c.Nodes(ctx, "")
+		if err == nil && len(nodes) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the first agent knows %d of %d nodes", len(nodes), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var all []string
+	for _, a := range agents {
+		all = append(all, a.name)
+	}
+	want := 0
+	for tribe, members := range tribes(all) {
+		want += len(members)
+		if _, err := c.CreateTribe(ctx, tribe); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Join(ctx, tribe, members); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.LoadPlugin(ctx, "echo", tribe, api.LoadRequest{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for {
+		ps, err := c.Plugins(ctx, "")
+		loaded := 0
+		for _, p := range ps {
+			for _, pn := range p.Nodes {
+				if pn.State == "loaded" {
+					loaded++
+				}
+			}
+		}
+		if err == nil && loaded == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("echo loaded on %d of %d members", loaded, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return agents, c
 }

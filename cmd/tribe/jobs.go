@@ -108,7 +108,7 @@ Examples:
 					if flagBool(c, "json") {
 						return printJSON(c.App.Writer, j)
 					}
-					fmt.Fprintf(c.App.Writer, "job %s: %s (%s %s, %s)\n", j.ID, j.State, j.Plugin, j.Method, countsText(j))
+					fmt.Fprintf(c.App.Writer, "job %s: %s (%s %s, %s; %d bytes of state)\n", j.ID, j.State, j.Plugin, j.Method, countsText(j), j.StateBytes)
 					tw := table(c.App.Writer)
 					fmt.Fprintln(tw, "NODE\tSTATE\tATTEMPTS\tMS\tERROR\tOUTPUT")
 					for _, t := range j.Targets {

@@ -416,8 +416,11 @@ type Job struct {
 	Parallel   bool            `json:"parallel,omitempty"`
 	Cancelled  bool            `json:"cancelled,omitempty"`
 	// Counts are the targets by state.
-	Counts  map[string]int `json:"counts"`
-	Targets []JobTarget    `json:"targets,omitempty"`
+	Counts map[string]int `json:"counts"`
+	// StateBytes is what the job holds of the replicated state: its
+	// entry and the acks, signed, as every node stores them.
+	StateBytes int         `json:"state_bytes"`
+	Targets    []JobTarget `json:"targets,omitempty"`
 }
 
 // JobTarget is where a job stands on one target, from the ack that target

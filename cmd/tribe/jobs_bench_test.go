@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// BenchmarkJob25Agents runs 25 agent processes on loopback, all in tribe
+// j25 with echo loaded. Through the first one's API (as the CLI does) it
+// measures, alternately in the same run: a durable job to the tribe from
+// submit until every target's ack says done, and one `tribe call`
+// fan-out to the same 25 (target: the job at most 2x the call). Then the
+// jobs per second the tribe completes when 50 are submitted back to back
+// (each target runs them one at a time, in order), and the replicated
+// state a finished job holds per target (its entry and acks, signed).
+func BenchmarkJob25Agents(b *testing.B) {
+	const n = 25
+	agents, c := echoFleet(b, "j", n, func(all []string) map[string][]string { return map[string][]string{"j25": all} })
+	ctx := context.Background()
+	call := func() time.Duration {
+		start := time.Now()
+		sum, err := c.Call(ctx, api.CallRequest{Tribes: []string{"j25"}, Plugin: "echo", Method: "echo", Args: []byte(`{"ping":1}`)},
+			func(api.CallResult) {})
+		if err != nil || sum.Answered != n {
+			b.Fatalf("call: %+v %v", sum, err)
+		}
+		return time.Since(start)
+	}
+	submit := func() string {
+		j, err := c.SubmitJob(ctx, api.JobRequest{Tribes: []string{"j25"}, Plugin: "echo", Method: "echo", Args: []byte(`{"ping":1}`)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return j.ID
+	}
+	wait := func(id string) api.Job {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := c.WaitJob(wctx, id, nil, func(api.JobTarget) {}); err != nil {
+			b.Fatal(err)
+		}
+		j, err := c.Job(ctx, id)
+		if err != nil || j.State != "done" || j.Counts["done"] != n {
+			b.Fatalf("job %s after wait: %+v %v", id, j, err)
+		}
+		return j
+	}
+	job := func() time.Duration {
+		start := time.Now()
+		wait(submit())
+		return time.Since(start)
+	}
+	// cpu is the CPU time of all agents that op and its tail (what still
+	// spreads after it returns) cost.
+	cpu := func(op func() time.Duration) (wall, used time.Duration) {
+		before := fleetCPU(b, agents)
+		wall = op()
+		time.Sleep(300 * time.Millisecond)
+		return wall, fleetCPU(b, agents) - before
+	}
+	call()
+	job() // every member connected and acked once
+	const rounds = 10
+	var calls, jobs, callCPU, jobCPU time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for range rounds {
+			w, u := cpu(call)
+			calls, callCPU = calls+w, callCPU+u
+			w, u = cpu(job)
+			jobs, jobCPU = jobs+w, jobCPU+u
+		}
+	}
+	b.StopTimer()
+	r := float64(rounds * b.N)
+	b.ReportMetric(float64(jobs.Microseconds())/1000/r, "job_ms")
+	b.ReportMetric(float64(calls.Microseconds())/1000/r, "call_ms")
+	b.ReportMetric(float64(jobs)/float64(calls), "job/call")
+	// What one agent spends on a job, and on a call, across the fleet:
+	// on one machine all 25 share two cores, so the fleet's sum is the
+	// job's latency floor here, not on 25 hosts.
+	b.ReportMetric(float64(jobCPU.Microseconds())/1000/r/n, "job_cpu_ms/agent")
+	b.ReportMetric(float64(callCPU.Microseconds())/1000/r/n, "call_cpu_ms/agent")
+
+	const burst = 50
+	start := time.Now()
+	ids := make([]string, burst)
+	for i := range ids {
+		ids[i] = submit()
+	}
+	var last api.Job
+	for _, id := range ids {
+		last = wait(id)
+	}
+	b.ReportMetric(burst/time.Since(start).Seconds(), "jobs/s")
+	b.ReportMetric(float64(last.StateBytes)/n, "state_B/job/target")
+}
+
+// fleetCPU is the CPU time (user and system) the agents' processes used
+// so far, from /proc/<pid>/stat.
+func fleetCPU(b *testing.B, agents []*agentProc) time.Duration {
+	var ticks int64
+	for _, a := range agents {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.cmd.Process.Pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Fields after the command name (which may hold spaces), from
+		// the state: utime and stime are the 12th and 13th.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		for _, s := range f[11:13] {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ticks += v
+		}
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+}

@@ -540,7 +540,7 @@ func (r *Replica) receive() {
 		}
 	})
 	for e := range in {
-		r.applyRemote(gather(in, e, maxReceiveBatch, receiveLinger))
+		r.applyRemote(drain(in, []*Signed{e}, maxReceiveBatch))
 	}
 }
 
@@ -551,35 +551,7 @@ const (
 	subscriberQueue = 256
 	receiveQueue    = 1024
 	maxReceiveBatch = 128
-	// receiveLinger is how long the first entry of a batch waits for
-	// others to share its transaction. A commit costs two fsyncs; a burst
-	// (a job's acks from every target) arriving one by one paid them per
-	// entry, and 25 agents on one disk spent most of a job's time in them.
-	receiveLinger = 5 * time.Millisecond
 )
-
-// gather is a batch of first and what else ch brings within linger, up to
-// max entries; it returns early if ch closes.
-func gather[T any](ch <-chan T, first T, max int, linger time.Duration) []T {
-	batch := drain(ch, []T{first}, max)
-	if len(batch) >= max {
-		return batch
-	}
-	t := time.NewTimer(linger)
-	defer t.Stop()
-	for len(batch) < max {
-		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, v)
-		case <-t.C:
-			return batch
-		}
-	}
-	return batch
-}
 
 // drain appends to batch whatever ch holds right now, up to max entries.
 func drain[T any](ch <-chan T, batch []T, max int) []T {

@@ -37,6 +37,48 @@ func (s *Sim) WaitFor(ctx context.Context, timeout time.Duration, cond func() bo
 	}
 }
 
+// ErrStalled is returned by WaitProgress when progress stopped rising.
+var ErrStalled = fmt.Errorf("sim: no progress")
+
+// WaitProgress waits until done holds, and fails only if progress (a count
+// that rises as the cluster gets there: nodes with enough peers, say) has
+// not risen for stall, or ctx ends. A busy machine slows a simulation
+// without stopping it: a fixed deadline failed such runs (a 100-node
+// cluster reached 3 peers each in 2 m 52 s against 2 minutes), a stall
+// does not. It returns how long done took to hold.
+func (s *Sim) WaitProgress(ctx context.Context, stall time.Duration, progress func() int, done func() bool) (time.Duration, error) {
+	start := time.Now()
+	best, since := progress(), start
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		if done() {
+			return time.Since(start), nil
+		}
+		if p := progress(); p > best {
+			best, since = p, time.Now()
+		} else if time.Since(since) > stall {
+			return time.Since(start), fmt.Errorf("%w for %v (progress %d)", ErrStalled, stall, best)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// NodesWithPeers counts the running nodes with at least k peers.
+func (s *Sim) NodesWithPeers(k int) int {
+	count := 0
+	for i := range s.members {
+		if s.Node(i) != nil && len(s.Peers(i)) >= k {
+			count++
+		}
+	}
+	return count
+}
+
 // Holds checks cond for the whole of d and fails at the first check it does
 // not hold: the way to assert that something stays true (a partition stays
 // closed while nodes keep redialling), where WaitFor asserts that it becomes

@@ -57,10 +57,12 @@ func TestPushTakesOnlyTheSendersOwnEntries(t *testing.T) {
 	}
 }
 
-// TestReplicaPush: Push hands a replica's own entry to a peer replica.
-func TestReplicaPush(t *testing.T) {
-	n := newTestNet(t)
-	m := &testNet{mn: n.mn}
+// replicaPair is two replicas on one mock network, m linked to n (and
+// connected too, if connect).
+func replicaPair(t *testing.T, connect bool) (n, m *testNet) {
+	t.Helper()
+	n = newTestNet(t)
+	m = &testNet{mn: n.mn}
 	h, err := n.mn.GenPeer()
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +71,18 @@ func TestReplicaPush(t *testing.T) {
 	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
 		t.Fatal(err)
 	}
+	if connect {
+		if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n, m
+}
+
+// TestReplicaPush: Push hands a replica's own entry to a peer replica.
+func TestReplicaPush(t *testing.T) {
+	n, m := replicaPair(t, false)
+	h := m.h
 	s, err := m.r.Put(context.Background(), "nodes/"+h.ID().String(), []byte(`{"name":"m"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -111,19 +125,8 @@ func TestPushIsBounded(t *testing.T) {
 // not published; Announce publishes it.
 func TestPutQuietThenAnnounce(t *testing.T) {
 	ctx := context.Background()
-	n := newTestNet(t)
-	m := &testNet{mn: n.mn}
-	h, err := n.mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.start(t, h)
-	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
-		t.Fatal(err)
-	}
+	n, m := replicaPair(t, true)
+	h := m.h
 	deadline := time.Now().Add(10 * time.Second)
 	for len(m.r.topic.ListPeers()) == 0 || len(n.r.topic.ListPeers()) == 0 {
 		if time.Now().After(deadline) {

@@ -25,14 +25,7 @@ func FuzzDecodeJobOutputRequest(f *testing.F) {
 // Only trusted writers read a job's output: anyone else is refused with
 // the reason and counted, and a malformed request too.
 func TestJobOutputRefusesOutsiders(t *testing.T) {
-	ca := loopbackConfig(t, "admin")
-	adminID := identity(t, ca)
-	ca.Trusted = []string{adminID.String()}
-	admin := startNode(t, ca)
-	c := loopbackConfig(t, "stranger")
-	c.Trusted, c.Join = ca.Trusted, []string{tcpAddr(admin)}
-	stranger := startNode(t, c)
-	waitFor(t, "the stranger to connect", func() bool { return len(stranger.ConnectedPeers()) > 0 })
+	admin, stranger := adminAndStranger(t)
 	for i, req := range []string{`{"job":"19ab-01"}`, `{"job":"../../x"}`} {
 		s, err := stranger.host.NewStream(context.Background(), admin.ID(), JobOutputProtocol)
 		if err != nil {

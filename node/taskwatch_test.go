@@ -33,14 +33,7 @@ func FuzzDecodeTaskWatchRequest(f *testing.F) {
 // Only trusted writers and members may watch a tribe's task runs: a
 // pending node's request is refused with the reason and counted.
 func TestTaskWatchRefusesOutsiders(t *testing.T) {
-	ca := loopbackConfig(t, "admin")
-	adminID := identity(t, ca)
-	ca.Trusted = []string{adminID.String()}
-	admin := startNode(t, ca)
-	c := loopbackConfig(t, "stranger")
-	c.Trusted, c.Join = ca.Trusted, []string{tcpAddr(admin)}
-	stranger := startNode(t, c)
-	waitFor(t, "the stranger to connect", func() bool { return len(stranger.ConnectedPeers()) > 0 })
+	admin, stranger := adminAndStranger(t)
 	s, err := stranger.host.NewStream(context.Background(), admin.ID(), TaskWatchProtocol)
 	if err != nil {
 		t.Fatal(err)
@@ -54,4 +47,19 @@ func TestTaskWatchRefusesOutsiders(t *testing.T) {
 	if got := admin.tasks.watchRefused.Load(); got != 1 {
 		t.Errorf("%d refused watches counted, want 1", got)
 	}
+}
+
+// adminAndStranger starts a trusted writer and a node that trusts it but
+// was never admitted, connected to it.
+func adminAndStranger(t *testing.T) (admin, stranger *Node) {
+	t.Helper()
+	ca := loopbackConfig(t, "admin")
+	adminID := identity(t, ca)
+	ca.Trusted = []string{adminID.String()}
+	admin = startNode(t, ca)
+	c := loopbackConfig(t, "stranger")
+	c.Trusted, c.Join = ca.Trusted, []string{tcpAddr(admin)}
+	stranger = startNode(t, c)
+	waitFor(t, "the stranger to connect", func() bool { return len(stranger.ConnectedPeers()) > 0 })
+	return admin, stranger
 }

@@ -63,8 +63,9 @@ func (v *View) Mine(j *Job) bool {
 //   - each queue (the job's first tribe) holds at most MaxQueue waiting
 //     jobs: past that the oldest end dropped;
 //   - each queue runs one job at a time in the order (Seq, Created, ID),
-//     and a job waits until its After is known here; parallel jobs run as
-//     soon as they may, beside the queue.
+//     and a job waits until its After is known here (through parallel
+//     jobs, to the queued one before them: see follows); parallel jobs run
+//     as soon as they may, beside the queue.
 func Decide(v View) Plan {
 	p := Plan{Acks: map[string]Ack{}}
 	maxQueue := v.MaxQueue
@@ -124,6 +125,10 @@ func Decide(v View) Plan {
 		wake(j.Expires)
 		queues[j.Queue()] = append(queues[j.Queue()], j)
 	}
+	live := make(map[string]*Job, len(v.Jobs))
+	for _, j := range v.Jobs {
+		live[j.ID] = j
+	}
 	for _, q := range queues {
 		Sort(q)
 		// Bound the waiting (not running) jobs: drop the oldest.
@@ -156,7 +161,7 @@ func Decide(v View) Plan {
 				}
 				continue
 			}
-			ready := j.After == "" || v.Known == nil || v.Known(j.After)
+			ready := v.follows(j, live)
 			if a.State == Retrying && v.Now.Before(a.RetryAt) {
 				wake(a.RetryAt)
 				ready = false
@@ -177,6 +182,26 @@ func Decide(v View) Plan {
 	}
 	slices.SortFunc(p.Runs, order)
 	return p
+}
+
+// follows reports whether j may run as far as its place in the queue goes:
+// the job it follows is known here. A queued job's After may be a parallel
+// job, which runs beside the queue and so orders nothing: then the job
+// before that must be known too, and so on, until a queued job (the queue's
+// order does the rest) or the start of the queue. A parallel job needs only
+// its own After.
+func (v View) follows(j *Job, live map[string]*Job) bool {
+	for id := j.After; id != ""; {
+		if v.Known != nil && !v.Known(id) {
+			return false
+		}
+		p, ok := live[id]
+		if !ok || !p.Parallel || j.Parallel {
+			return true
+		}
+		id = p.After
+	}
+	return true
 }
 
 // current is j's ack as the plan leaves it so far.

@@ -72,6 +72,16 @@ func TestDecide(t *testing.T) {
 			v.Known = func(id string) bool { return id != "a" }
 			return v
 		}(), wakeSet: true},
+		{name: "a queued job waits through a parallel one for the job before it", v: func() View {
+			// c follows p (parallel), which follows b, not known yet: c must
+			// not pass b, though p is known and may run beside the queue.
+			v := view([]*Job{job("p", 2, func(j *Job) { j.Parallel, j.After = true, "b" }), job("c", 3, func(j *Job) { j.After = "p" })}, nil)
+			v.Known = func(id string) bool { return id != "b" }
+			return v
+		}(), wakeSet: true},
+		{name: "a queued job follows a parallel one whose own predecessor is here", v: view([]*Job{job("b", 1),
+			job("p", 2, func(j *Job) { j.Parallel, j.After = true, "b" }), job("c", 3, func(j *Job) { j.After = "p" })},
+			map[string]Ack{"b": {State: Done}}), runs: "p,c", wakeSet: true},
 		{name: "crash with no retries left: interrupted", v: view([]*Job{job("a", 1), job("b", 2)},
 			map[string]Ack{"a": {State: Running, Attempts: 1}}),
 			runs: "b", acks: map[string]State{"a": Interrupted}, wakeSet: true, wantErrs: map[string]string{"a": "interrupted"}},

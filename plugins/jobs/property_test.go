@@ -349,6 +349,7 @@ func TestJobsSurviveSchedules(t *testing.T) {
 	done, interrupted, expired, dropped := 0, 0, 0, 0
 	for seed := range uint64(*schedules) {
 		m := newModel(t, seed)
+		t.Logf("seed %d", seed)
 		m.run(300)
 		m.check()
 		for _, n := range m.nodes[1:] {

@@ -349,9 +349,15 @@ func TestJobsSurviveSchedules(t *testing.T) {
 	done, interrupted, expired, dropped := 0, 0, 0, 0
 	for seed := range uint64(*schedules) {
 		m := newModel(t, seed)
-		t.Logf("seed %d", seed)
-		m.run(300)
-		m.check()
+		func() {
+			defer func() {
+				if t.Failed() {
+					t.Logf("in the schedule of seed %d (newModel(t, %d) replays it)", seed, seed)
+				}
+			}()
+			m.run(300)
+			m.check()
+		}()
 		for _, n := range m.nodes[1:] {
 			for _, a := range n.Acks() {
 				switch a.State {

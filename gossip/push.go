@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -71,15 +70,28 @@ func (r *Replica) servePush(s network.Stream) {
 	}
 	// The slot is given back before the answer: a sender that pushes
 	// again as soon as it reads one must find it free.
-	var once sync.Once
-	release := func() { once.Do(func() { r.pushing.release(from) }) }
-	defer release()
 	s.SetDeadline(time.Now().Add(pushTimeout))
-	b, err := io.ReadAll(io.LimitReader(s, MaxEntrySize+1))
+	ok, err := r.takePushed(s, from)
+	r.pushing.release(from)
 	if err != nil {
 		r.counters.pushCutShort.Add(1)
 		s.Reset()
 		return
+	}
+	answer := byte(0)
+	if ok {
+		answer = 1
+	}
+	s.Write([]byte{answer})
+	s.Close()
+}
+
+// takePushed reads the entry pushed on s and stores it if it passes; a
+// refused one is counted by reason (ok false). err is a stream cut short.
+func (r *Replica) takePushed(s network.Stream, from peer.ID) (ok bool, err error) {
+	b, err := io.ReadAll(io.LimitReader(s, MaxEntrySize+1))
+	if err != nil {
+		return false, err
 	}
 	var e *Signed
 	if len(b) > MaxEntrySize {
@@ -97,13 +109,8 @@ func (r *Replica) servePush(s network.Stream) {
 	if err != nil {
 		r.counters.reject(err)
 		r.log.Debug("rejected a pushed entry", "from", from, "err", err)
-		release()
-		s.Write([]byte{0})
-		s.Close()
-		return
+		return false, nil
 	}
 	r.applyRemote([]*Signed{e})
-	release()
-	s.Write([]byte{1})
-	s.Close()
+	return true, nil
 }

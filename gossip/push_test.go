@@ -142,17 +142,31 @@ func TestPutQuietThenAnnounce(t *testing.T) {
 	if got, ok := m.r.Get(key); !ok || got.Hash != quiet.Hash {
 		t.Fatal("PutQuiet did not store the entry here")
 	}
-	time.Sleep(300 * time.Millisecond) // a published entry arrives in milliseconds
+	// A marker published after it: once it is there, a published quiet
+	// entry, sent first on the same stream, would be there too.
+	if _, err := m.r.Put(ctx, "tribes/marker", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, n.r, "tribes/marker", deadline)
 	if _, ok := n.r.Get(key); ok {
 		t.Fatal("an entry written with PutQuiet was published")
 	}
 	m.r.Announce(ctx, quiet)
+	waitHeld(t, n.r, key, deadline)
+	if got, _ := n.r.Get(key); got.Hash != quiet.Hash {
+		t.Fatal("the peer holds another entry than the announced one")
+	}
+}
+
+// waitHeld waits until r holds key, failing at deadline.
+func waitHeld(t *testing.T, r *Replica, key string, deadline time.Time) {
+	t.Helper()
 	for {
-		if got, ok := n.r.Get(key); ok && got.Hash == quiet.Hash {
-			break
+		if _, ok := r.Get(key); ok {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("an announced entry did not arrive")
+			t.Fatalf("%s did not arrive", key)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

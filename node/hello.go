@@ -190,7 +190,7 @@ func (n *Node) heard(p peer.ID, h hello) {
 	n.joinHeard(p, h)
 	old, had := n.peers.put(p, h)
 	if had && restarted(old, h, len(n.host.Network().ConnsToPeer(p))) {
-		n.spawn(func() { n.relink(p) })
+		n.relinkSoon(p)
 	}
 	if had && old == h {
 		return
@@ -247,6 +247,34 @@ func readHello(r io.Reader) (hello, error) {
 // and more than the one connection h came on.
 func restarted(old, h hello, conns int) bool {
 	return old.Boot != "" && h.Boot != "" && old.Boot != h.Boot && conns > 1
+}
+
+// relinkSoon relinks p, on one goroutine per peer: a restart seen while
+// p's relink runs makes it run once more when it ends (the peer restarted
+// again, and its new connections may hold a stale one too), so a peer that
+// says a new boot in every hello costs one goroutine, not one per hello.
+func (n *Node) relinkSoon(p peer.ID) {
+	n.relinkMu.Lock()
+	defer n.relinkMu.Unlock()
+	if _, running := n.relinking[p]; running {
+		n.relinking[p] = true
+		return
+	}
+	n.relinking[p] = false
+	n.spawn(func() {
+		for {
+			n.relink(p)
+			n.relinkMu.Lock()
+			again := n.relinking[p]
+			if !again || n.ctx.Err() != nil {
+				delete(n.relinking, p)
+				n.relinkMu.Unlock()
+				return
+			}
+			n.relinking[p] = false
+			n.relinkMu.Unlock()
+		}
+	})
 }
 
 // relinkDelay is how long relink leaves a peer unconnected: long enough

@@ -174,3 +174,22 @@ func TestRestartedPeer(t *testing.T) {
 		}
 	}
 }
+
+// Restarts seen while a peer's relink runs coalesce into one more relink
+// after it, on the same goroutine: a peer saying a new boot in every hello
+// gets no goroutine per hello.
+func TestRelinksOfOnePeerCoalesce(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "a"))
+	p := identity(t, loopbackConfig(t, "b")) // not connected: each relink closes nothing and fails to dial
+	for range 5 {
+		n.relinkSoon(p)
+	}
+	waitFor(t, "the relinks to end", func() bool {
+		n.relinkMu.Lock()
+		defer n.relinkMu.Unlock()
+		return len(n.relinking) == 0
+	})
+	if got := n.relinks.Load(); got != 2 {
+		t.Fatalf("%d relinks for 5 restarts seen during the first, want 2", got)
+	}
+}

@@ -115,7 +115,9 @@ type Node struct {
 	rng   *rand.Rand
 	boot  string // random per start, in our hello
 
-	relinks atomic.Int64 // links started over because the peer restarted (relink)
+	relinks   atomic.Int64     // links started over because the peer restarted (relink)
+	relinkMu  sync.Mutex       // guards relinking
+	relinking map[peer.ID]bool // peers whose relink runs -> run it once more (relinkSoon)
 
 	// What tribe reload changes (reload.go): live is read without a lock,
 	// inForce (the config in force) and the reload itself under reloadMu.
@@ -196,7 +198,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 			cfg.Name = "tribe"
 		}
 	}
-	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(),
+	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(), relinking: map[peer.ID]bool{},
 		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1),
 		pluginCh: make(chan struct{}, 1), admitCh: make(chan struct{}, 1),
 		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1)}

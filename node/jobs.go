@@ -236,7 +236,6 @@ func (n *Node) jobLoop() {
 			n.collectJobs()
 			continue
 		}
-		n.reconcilePlugins()
 		runs, at, err := n.jobs.runner.Step(jobHost{n})
 		if err != nil && n.ctx.Err() == nil {
 			n.log.Warn("jobs", "err", err)
@@ -280,6 +279,10 @@ func (n *Node) callJob(j *jobs.Job) jobs.Result {
 	if !ok {
 		return jobs.Result{Error: "the job was deleted"}
 	}
+	// The plugin loop may not have caught up with the state yet (the job
+	// came with its plugin entry, or just after a restart): load what the
+	// state asks first, or the job would fail as if it never would be.
+	n.reconcilePlugins()
 	var tribes []string
 	for _, t := range j.Tribes {
 		if n.isMember(t, n.host.ID()) {

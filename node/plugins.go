@@ -141,10 +141,8 @@ func (n *Node) pluginLoop() {
 }
 
 // reconcilePlugins loads and unloads what the state asks of this node now
-// and, if that changed anything, says so in its record. The job loop calls
-// it too, before it runs anything: a job that arrives with (or just after
-// a restart, before) the plugin entry it needs must find the plugin
-// loaded, not fail as if it never would be.
+// and, if that changed anything, says so in its record. A job's run calls
+// it too, before it looks the plugin up (see callJob).
 func (n *Node) reconcilePlugins() {
 	if n.syncPlugins() {
 		if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {

@@ -376,8 +376,17 @@ func (n *Node) collectJobs() {
 
 // summarize is a job across its targets, as this node knows it.
 func (n *Node) summarize(j *jobs.Job) jobs.Summary {
+	s, _ := n.summarizeSized(j)
+	return s
+}
+
+// summarizeSized is summarize plus the bytes of the job's acks, signed,
+// as the state holds them (one pass over them for both).
+func (n *Node) summarizeSized(j *jobs.Job) (jobs.Summary, int) {
 	acks := map[string]jobs.Ack{}
+	size := 0
 	for _, e := range n.replica.Prefix(jobKey(j.ID) + "/acks/") {
+		size += len(e.Raw)
 		a, err := jobs.DecodeAck(e.Value)
 		if err != nil {
 			continue
@@ -388,5 +397,5 @@ func (n *Node) summarize(j *jobs.Job) jobs.Summary {
 	for _, e := range n.replica.Prefix(nodesPrefix) {
 		known = append(known, strings.TrimPrefix(e.Key, nodesPrefix))
 	}
-	return jobs.Summarize(j, acks, known, n.now())
+	return jobs.Summarize(j, acks, known, n.now()), size
 }

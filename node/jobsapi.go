@@ -198,14 +198,11 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 
 // jobView is a job as the API shows it.
 func (n *Node) jobView(j *jobs.Job, rows bool) api.Job {
-	s := n.summarize(j)
+	s, ackBytes := n.summarizeSized(j)
 	v := api.Job{ID: j.ID, State: string(s.State), Tribes: j.Tribes, Plugin: j.Plugin, Method: j.Method, Args: j.Args,
 		Created: j.Created, Expires: j.Expires, Retries: j.Retries, IncludeNew: j.IncludeNew, Parallel: j.Parallel,
-		Cancelled: j.Cancelled, Counts: map[string]int{}}
+		Cancelled: j.Cancelled, Counts: map[string]int{}, StateBytes: ackBytes}
 	if e, ok := n.replica.Get(jobKey(j.ID)); ok {
-		v.StateBytes += len(e.Raw)
-	}
-	for _, e := range n.replica.Prefix(jobKey(j.ID) + "/acks/") {
 		v.StateBytes += len(e.Raw)
 	}
 	for _, t := range s.Targets {

@@ -190,8 +190,15 @@ func Decide(v View) Plan {
 // before that must be known too, and so on, until a queued job (the queue's
 // order does the rest) or the start of the queue. A parallel job needs only
 // its own After.
+// The walk is bounded by the jobs there are: parallel jobs that follow
+// each other in a circle (no writer makes one; a broken one could) hold
+// the queue back instead of the loop.
 func (v View) follows(j *Job, live map[string]*Job) bool {
-	for id := j.After; id != ""; {
+	id := j.After
+	for range len(live) + 1 {
+		if id == "" {
+			return true
+		}
 		if v.Known != nil && !v.Known(id) {
 			return false
 		}
@@ -201,7 +208,7 @@ func (v View) follows(j *Job, live map[string]*Job) bool {
 		}
 		id = p.After
 	}
-	return true
+	return false
 }
 
 // current is j's ack as the plan leaves it so far.

@@ -82,6 +82,9 @@ func TestDecide(t *testing.T) {
 		{name: "a queued job follows a parallel one whose own predecessor is here", v: view([]*Job{job("b", 1),
 			job("p", 2, func(j *Job) { j.Parallel, j.After = true, "b" }), job("c", 3, func(j *Job) { j.After = "p" })},
 			map[string]Ack{"b": {State: Done}}), runs: "p,c", wakeSet: true},
+		{name: "parallel jobs in a circle hold the queue, not the loop", v: view([]*Job{
+			job("p", 1, func(j *Job) { j.Parallel, j.After = true, "q" }), job("q", 2, func(j *Job) { j.Parallel, j.After = true, "p" }),
+			job("c", 3, func(j *Job) { j.After = "q" })}, nil), runs: "p,q", wakeSet: true},
 		{name: "crash with no retries left: interrupted", v: view([]*Job{job("a", 1), job("b", 2)},
 			map[string]Ack{"a": {State: Running, Attempts: 1}}),
 			runs: "b", acks: map[string]State{"a": Interrupted}, wakeSet: true, wantErrs: map[string]string{"a": "interrupted"}},

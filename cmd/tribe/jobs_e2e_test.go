@@ -135,7 +135,9 @@ func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 	if out := run(1, "job", "wait", id); !strings.Contains(out, "did not end done") {
 		t.Errorf("job wait of a failed job: %q", out)
 	}
-	time.Sleep(time.Second)
+	// Past the first retry's backoff (1 s): a retry would have started
+	// by now, and it writes its line as it starts.
+	time.Sleep(1500 * time.Millisecond)
 	if n := fileLines(w3, "slow"); n != 1 {
 		t.Errorf("w3 ran the interrupted job again without --retries: %d runs", n)
 	}
@@ -157,7 +159,8 @@ func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 		j, _ := jobStatus(o1, id)
 		return j.Counts["done"] == 2
 	})
-	time.Sleep(2500 * time.Millisecond)
+	j, _ = jobStatus(o1, id)
+	time.Sleep(time.Until(j.Expires) + 100*time.Millisecond) // w3 comes back after the job expired
 	w3.start()
 	waitUntil(t, 30*time.Second, "w3 to ack the expired job", func() bool {
 		var own api.Job

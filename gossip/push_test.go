@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"testing"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 )
@@ -127,13 +126,7 @@ func TestPutQuietThenAnnounce(t *testing.T) {
 	ctx := context.Background()
 	n, m := replicaPair(t, true)
 	h := m.h
-	deadline := time.Now().Add(10 * time.Second)
-	for len(m.r.topic.ListPeers()) == 0 || len(n.r.topic.ListPeers()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the replicas never saw each other in the topic")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return len(m.r.topic.ListPeers()) > 0 && len(n.r.topic.ListPeers()) > 0 })
 	key := "nodes/" + h.ID().String()
 	quiet, err := m.r.PutQuiet(ctx, key, []byte(`{"name":"quiet"}`))
 	if err != nil {
@@ -147,27 +140,13 @@ func TestPutQuietThenAnnounce(t *testing.T) {
 	if _, err := m.r.Put(ctx, "tribes/marker", nil); err != nil {
 		t.Fatal(err)
 	}
-	waitHeld(t, n.r, "tribes/marker", deadline)
+	waitFor(t, func() bool { _, ok := n.r.Get("tribes/marker"); return ok })
 	if _, ok := n.r.Get(key); ok {
 		t.Fatal("an entry written with PutQuiet was published")
 	}
 	m.r.Announce(ctx, quiet)
-	waitHeld(t, n.r, key, deadline)
-	if got, _ := n.r.Get(key); got.Hash != quiet.Hash {
-		t.Fatal("the peer holds another entry than the announced one")
-	}
-}
-
-// waitHeld waits until r holds key, failing at deadline.
-func waitHeld(t *testing.T, r *Replica, key string, deadline time.Time) {
-	t.Helper()
-	for {
-		if _, ok := r.Get(key); ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not arrive", key)
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitFor(t, func() bool { _, ok := n.r.Get(key); return ok })
+	if got, ok := n.r.Get(key); !ok || got.Hash != quiet.Hash {
+		t.Fatal("the announced entry is not held by the peer")
 	}
 }

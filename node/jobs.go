@@ -47,8 +47,11 @@ type jobSet struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedJob // decoded job entries, by key
+	acks  map[string]cachedAck // decoded own acks, by job id
+	self  string               // this node's peer ID, as in ack keys
 
 	unreadable    atomic.Int64 // job or ack entries this version cannot read
+	acksPublished atomic.Int64 // acks published because the writer was out of reach
 	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
 }
 
@@ -57,6 +60,12 @@ type cachedJob struct {
 	job    *jobs.Job
 	author peer.ID
 	err    error
+}
+
+type cachedAck struct {
+	hash [32]byte
+	ack  jobs.Ack
+	ok   bool
 }
 
 func (s *jobSet) pokeLoop() {
@@ -142,67 +151,123 @@ func (h jobHost) PutAck(id string, a jobs.Ack) error {
 		return err
 	}
 	n := h.n
-	key := ackKey(id, n.host.ID())
-	if a.State == jobs.Running {
-		// Stored (the journal) but announced only if the run lasts: most
-		// end in milliseconds, and their done ack says all there is.
-		s, err := n.replica.PutQuiet(n.ctx, key, b)
-		if err == nil {
-			n.spawn(func() {
-				select {
-				case <-time.After(runningAnnounceAfter):
-					n.replica.Announce(n.ctx, s)
-				case <-n.ctx.Done():
-				}
-			})
-		}
+	// Stored (the journal) but not published: an ack is for the job's
+	// writer, where `job wait` most likely runs, and goes there by push.
+	s, err := n.replica.PutQuiet(n.ctx, n.ownAckKey(id), b)
+	if err != nil {
 		return err
 	}
-	s, err := n.replica.Put(n.ctx, key, b)
-	if err == nil && a.State.Final() {
-		n.spawn(func() { n.pushAck(id, s) })
+	after := time.Duration(0)
+	if a.State == jobs.Running {
+		// Most runs end in milliseconds, and their final ack says all
+		// there is.
+		after = runningShareAfter
 	}
-	return err
+	n.spawn(func() {
+		select {
+		case <-time.After(after):
+			n.shareAck(id, s)
+		case <-n.ctx.Done():
+		}
+	})
+	return nil
 }
 
-// runningAnnounceAfter is how long a run goes before its running ack is
-// published. Until then peers that pull see it; the others see pending.
-// Each ack reaches every node: announcing every start doubled what a job
-// cost the fleet.
-const runningAnnounceAfter = time.Second
+// runningShareAfter is how long a run goes before its running ack is
+// sent to the job's writer. Until then the writer sees it pending.
+const runningShareAfter = time.Second
 
-// pushAck hands a final ack straight to the job's writer, where `job
-// wait` most likely runs: one stream, like a call's answer, instead of
-// the pubsub broadcast that carries it to everyone else (on one machine
-// with 25 agents, a broadcast took most of a job's time to come back).
-// A push that fails changes nothing: pubsub and anti-entropy still bring
-// the ack.
-func (n *Node) pushAck(id string, s *gossip.Signed) {
+// shareAck hands an ack, if still this node's latest, straight to the
+// job's writer: one stream, like a call's answer. Published to every node
+// instead, each ack of a job to N targets reached N nodes: N² deliveries
+// per job, which on 25 agents made a job cost each agent 50 times what a
+// call to the same 25 did. The other nodes get acks by anti-entropy, and
+// a node asked for a job's status pulls from its writer first
+// (syncJobWriter). Only if the writer cannot be reached is the ack
+// published, so that it reaches whoever watches.
+func (n *Node) shareAck(id string, s *gossip.Signed) {
+	if cur, ok := n.replica.Get(s.Key); !ok || cur.Hash != s.Hash {
+		return // a later ack replaced it
+	}
 	e, ok := n.replica.Get(jobKey(id))
 	if !ok {
 		return
 	}
 	_, author, err := n.job(e)
-	if err != nil || author == n.host.ID() || n.host.Network().Connectedness(author) != network.Connected {
+	if err != nil || author == n.host.ID() {
 		return
 	}
-	if err := n.replica.Push(n.ctx, author, s); err != nil && n.ctx.Err() == nil {
-		n.log.Debug("pushing an ack to the job's writer", "job", id, "err", err)
+	if n.host.Network().Connectedness(author) == network.Connected {
+		err := n.replica.Push(n.ctx, author, s)
+		if err == nil || n.ctx.Err() != nil {
+			return
+		}
+		n.log.Debug("pushing an ack to the job's writer; publishing it", "job", id, "err", err)
+	}
+	n.jobs.acksPublished.Add(1)
+	n.replica.Announce(n.ctx, s)
+}
+
+// syncJobWriter pulls from the writer of each job (a trusted writer, one
+// of few) what this node lacks, acks above all: they go to the writer by
+// push and reach other nodes only by anti-entropy. Best effort, bounded:
+// an unreachable writer leaves the status as this node knows it.
+func (n *Node) syncJobWriter(ctx context.Context, js ...*jobs.Job) {
+	seen := map[peer.ID]bool{n.host.ID(): true}
+	for _, j := range js {
+		e, ok := n.replica.Get(jobKey(j.ID))
+		if !ok || seen[e.Author] {
+			continue
+		}
+		seen[e.Author] = true
+		if n.host.Network().Connectedness(e.Author) != network.Connected {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, jobWriterSyncTimeout)
+		if _, err := n.replica.SyncWith(sctx, e.Author); err != nil && ctx.Err() == nil {
+			n.log.Debug("pulling a job's acks from its writer", "writer", e.Author, "err", err)
+		}
+		cancel()
 	}
 }
 
-// ownAck is this node's ack of job id.
+// jobWriterSyncTimeout bounds one pull from a job's writer for a status.
+const jobWriterSyncTimeout = 2 * time.Second
+
+// ownAckKey is the key of this node's ack of job id.
+func (n *Node) ownAckKey(id string) string {
+	s := &n.jobs
+	s.mu.Lock()
+	if s.self == "" {
+		s.self = n.host.ID().String()
+	}
+	self := s.self
+	s.mu.Unlock()
+	return jobsPrefix + id + "/acks/" + self
+}
+
+// ownAck is this node's ack of job id, decoded once per version: the job
+// loop looks at every live job's at each step.
 func (n *Node) ownAck(id string) (jobs.Ack, bool) {
-	e, ok := n.replica.Get(ackKey(id, n.host.ID()))
+	e, ok := n.replica.Get(n.ownAckKey(id))
 	if !ok {
 		return jobs.Ack{}, false
 	}
+	s := &n.jobs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.acks[id]; ok && c.hash == e.Hash {
+		return c.ack, c.ok
+	}
 	a, err := jobs.DecodeAck(e.Value)
 	if err != nil { // its own, from another version: start over from it
-		n.jobs.unreadable.Add(1)
-		return jobs.Ack{}, false
+		s.unreadable.Add(1)
 	}
-	return a, true
+	if s.acks == nil {
+		s.acks = map[string]cachedAck{}
+	}
+	s.acks[id] = cachedAck{hash: e.Hash, ack: a, ok: err == nil}
+	return a, err == nil
 }
 
 // jobLoop runs the jobs that reach this node, when a job or this node's
@@ -260,7 +325,7 @@ func (n *Node) runJob(r jobs.Run) {
 	if len(res.Output) > jobOutputMax {
 		res.Output = res.Output[:jobOutputMax]
 	}
-	if len(res.Output) > 0 {
+	if !jobs.HeadHoldsAll(res.Output) {
 		if err := n.saveJobOutput(r.Job.ID, res.Output); err != nil {
 			n.log.Warn("keeping a job's output", "job", r.Job.ID, "err", err)
 		}
@@ -366,6 +431,18 @@ func (n *Node) collectJobs() {
 			n.log.Warn("collecting an ack", "job", id, "err", err)
 		}
 	}
+	n.jobs.mu.Lock()
+	for key := range n.jobs.cache {
+		if !live[strings.TrimPrefix(key, jobsPrefix)] {
+			delete(n.jobs.cache, key)
+		}
+	}
+	for id := range n.jobs.acks {
+		if !live[id] {
+			delete(n.jobs.acks, id)
+		}
+	}
+	n.jobs.mu.Unlock()
 	files, _ := os.ReadDir(n.jobDir())
 	for _, f := range files {
 		if id, ok := strings.CutSuffix(f.Name(), ".out"); ok && !live[id] {

@@ -162,3 +162,56 @@ func TestJobRefusals(t *testing.T) {
 		t.Fatalf("an ack for another node: %v", err)
 	}
 }
+
+// Acks go to the job's writer, not to every node: a node that did not
+// write the job learns them by pulling from the writer when asked for the
+// job's status. An output too long for the ack's head stays on the target
+// and is fetched whole. A target that cannot reach the writer publishes
+// its ack instead.
+func TestJobAcksGoToTheWriter(t *testing.T) {
+	ctx := context.Background()
+	a := startNode(t, loopbackConfig(t, "a"))
+	var bc, cc Config
+	for _, c := range []*Config{&bc, &cc} {
+		*c = loopbackConfig(t, map[*Config]string{&bc: "b", &cc: "c"}[c])
+		c.Join = []string{tcpAddr(a)}
+		c.SyncInterval = time.Hour // no periodic anti-entropy to hide where acks go
+	}
+	b, c := startNode(t, bc), startNode(t, cc)
+	jobTribe(t, a, "t", "echo", []*Node{b, c})
+
+	long := `"` + strings.Repeat("x", 3*jobs.HeadLen) + `"`
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(long)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	if _, ok := c.replica.Get(ackKey(j.ID, b.ID())); ok {
+		t.Fatal("b's ack reached c before c asked: acks are broadcast")
+	}
+	if s := jobState(t, c, j.ID); s.State != "done" || s.Counts["done"] != 2 {
+		t.Fatalf("the job as c shows it: %+v", s)
+	}
+	if o, err := c.JobOutput(ctx, j.ID, "b"); err != nil || o.Output != long {
+		t.Fatalf("b's output, fetched whole: %d bytes, %v", len(o.Output), err)
+	}
+	if n := b.jobs.acksPublished.Load() + c.jobs.acksPublished.Load(); n != 0 {
+		t.Errorf("%d acks published with the writer in reach", n)
+	}
+
+	// With the writer gone, c's ack of the next job is published: b,
+	// where it is asked, gets it without pulling.
+	c.Close()
+	j2, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`"2"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b has the second job", func() bool { _, ok := b.replica.Get(jobKey(j2.ID)); return ok })
+	a.Close()
+	cc.Join = []string{tcpAddr(b)}
+	c2 := startNode(t, cc)
+	waitFor(t, "c's ack of the second job on b", func() bool { _, ok := b.replica.Get(ackKey(j2.ID, c2.ID())); return ok })
+	if c2.jobs.acksPublished.Load() == 0 {
+		t.Error("c reached b's state without publishing its ack")
+	}
+}

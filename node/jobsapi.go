@@ -152,17 +152,23 @@ func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, err
 	}
+	n.syncJobWriter(ctx, j)
 	return n.jobView(j, true), nil
 }
 
 // Jobs implements api.Agent: every job (of tribe only, if set), oldest
 // first, with counts instead of rows.
 func (n *Node) Jobs(ctx context.Context, tribe string) ([]api.Job, error) {
-	out := []api.Job{}
+	var js []*jobs.Job
 	for _, j := range n.knownJobs() {
 		if tribe == "" || slices.Contains(j.Tribes, tribe) {
-			out = append(out, n.jobView(j, false))
+			js = append(js, j)
 		}
+	}
+	n.syncJobWriter(ctx, js...)
+	out := []api.Job{}
+	for _, j := range js {
+		out = append(out, n.jobView(j, false))
 	}
 	slices.SortFunc(out, func(a, b api.Job) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
@@ -181,6 +187,7 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, err
 	}
+	n.syncJobWriter(ctx, j)
 	if s := n.summarize(j); s.State != jobs.Pending {
 		return api.Job{}, api.BadRequest(fmt.Errorf("job %s has ended (%s): nothing to cancel", id, s.State))
 	}
@@ -234,9 +241,11 @@ func (n *Node) targetView(job string, t jobs.Target) api.JobTarget {
 // WaitJob implements api.Agent: each target's final state as this node
 // learns it (the ones already final first), until none is pending.
 func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)) error {
-	if _, _, err := n.jobByID(id); err != nil {
+	wj, _, err := n.jobByID(id)
+	if err != nil {
 		return err
 	}
+	n.syncJobWriter(ctx, wj)
 	changed := make(chan struct{}, 1)
 	defer n.replica.Watch(jobKey(id), func(gossip.Change) {
 		select {
@@ -275,6 +284,7 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 			return errors.New("the agent is shutting down")
 		case <-changed:
 		case <-tick.C:
+			n.syncJobWriter(ctx, j) // acks go to the writer, not here
 		}
 	}
 }

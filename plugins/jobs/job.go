@@ -327,6 +327,11 @@ func Finish(j *Job, a Ack, r Result, now time.Time) Ack {
 	return a
 }
 
+// HeadHoldsAll reports whether out travels whole in its ack's head, so
+// the target need not keep a copy of its own: at most HeadLen bytes of
+// UTF-8 (JSON would replace anything else).
+func HeadHoldsAll(out []byte) bool { return len(out) <= HeadLen && utf8.Valid(out) }
+
 // clip cuts s to at most n bytes without splitting a UTF-8 sequence.
 func clip(s string, n int) string {
 	if len(s) <= n {

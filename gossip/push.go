@@ -93,11 +93,25 @@ func (r *Replica) takePushed(s network.Stream, from peer.ID) (ok bool, err error
 	if err != nil {
 		return false, err
 	}
+	if _, err := r.Accept(from, b); err != nil {
+		r.log.Debug("rejected a pushed entry", "from", from, "err", err)
+		return false, nil
+	}
+	return true, nil
+}
+
+// Accept takes one entry that its author, from, handed this node
+// directly (a push, or another protocol's payload, as a job handed to its
+// target): checked as the topic validator checks a message, plus that
+// from wrote it, then stored and applied. A refused entry is counted by
+// reason and changes nothing. It returns the entry taken.
+func (r *Replica) Accept(from peer.ID, raw []byte) (*Signed, error) {
 	var e *Signed
-	if len(b) > MaxEntrySize {
+	var err error
+	if len(raw) > MaxEntrySize {
 		err = fmt.Errorf("%w: pushed entry over %d bytes", ErrTooLarge, MaxEntrySize)
 	} else {
-		e, err = Open(b)
+		e, err = Open(raw)
 	}
 	if err == nil && e.Author != from {
 		// Counted as unauthorised: the sender may push only its own.
@@ -108,9 +122,8 @@ func (r *Replica) takePushed(s network.Stream, from peer.ID) (ok bool, err error
 	}
 	if err != nil {
 		r.counters.reject(err)
-		r.log.Debug("rejected a pushed entry", "from", from, "err", err)
-		return false, nil
+		return nil, err
 	}
 	r.applyRemote([]*Signed{e})
-	return true, nil
+	return e, nil
 }

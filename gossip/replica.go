@@ -65,6 +65,8 @@ type Replica struct {
 	now   func() time.Time
 	rng   *rand.Rand // guarded by mu
 
+	commits committer // see commit.go
+
 	mu       sync.Mutex
 	state    *State
 	clock    HLC
@@ -256,13 +258,12 @@ func (r *Replica) write(ctx context.Context, e Entry, publish bool) (*Signed, er
 	r.mu.Lock()
 	r.clock = Next(r.clock, r.now())
 	e.HLC = r.clock
+	r.mu.Unlock()
 	s, err := Sign(e, r.key)
 	if err != nil {
-		r.mu.Unlock()
 		return nil, err
 	}
-	change, err := r.storeAndApply([]*Signed{s})
-	r.mu.Unlock()
+	change, err := r.commit([]*Signed{s})
 	if err != nil {
 		return nil, err
 	}
@@ -322,43 +323,6 @@ func (r *Replica) publish(ctx context.Context, s *Signed) {
 		// Stored and applied: anti-entropy still spreads it.
 		r.log.Warn("publish failed; anti-entropy will spread the entry", "key", s.Key, "err", err)
 	}
-}
-
-// storeAndApply stores the entries that would win and then applies them.
-// Callers hold r.mu.
-func (r *Replica) storeAndApply(entries []*Signed) ([]*Change, error) {
-	var winners []*Signed
-	seen := map[string]*Signed{}
-	for _, e := range entries {
-		cur, ok := seen[e.Key]
-		if !ok {
-			cur, _ = r.state.Version(e.Key)
-		}
-		if cur == nil || e.newer(&cur.Entry) {
-			seen[e.Key] = e
-		}
-	}
-	for _, e := range seen {
-		winners = append(winners, e)
-	}
-	// In key order: bbolt inserts sorted keys fastest, and watchers see a
-	// batch in a repeatable order.
-	slices.SortFunc(winners, func(a, b *Signed) int { return strings.Compare(a.Key, b.Key) })
-	if err := r.store.Put(winners...); err != nil {
-		return nil, err
-	}
-	var changes []*Change
-	for _, e := range winners {
-		c, err := r.state.Apply(e, time.Time{}) // checked by the caller
-		if err != nil {
-			return changes, err
-		}
-		if c != nil {
-			changes = append(changes, c)
-		}
-		r.clock = Observe(r.clock, e.HLC)
-	}
-	return changes, nil
 }
 
 // notify calls the watchers in the order they were registered: a watcher
@@ -430,6 +394,9 @@ func (r *Replica) Len() int {
 	return r.state.Len()
 }
 
+// StoreCommits is how many write transactions (disk syncs) the store made.
+func (r *Replica) StoreCommits() int64 { return r.store.Commits() }
+
 // Trust is the replica's trust list.
 func (r *Replica) Trust() Trust { return *r.trust.Load() }
 
@@ -447,6 +414,8 @@ func (r *Replica) check(e *Signed, now time.Time) error { return r.Trust().Check
 // peers cooling down for sending them are forgiven. It costs a signature
 // check per stored entry, under the replica's lock.
 func (r *Replica) SetTrust(t Trust) (changed int, err error) {
+	r.commits.mu.Lock() // no commit between the store's load and the swap
+	defer r.commits.mu.Unlock()
 	r.mu.Lock()
 	st := NewState(t)
 	loaded, skipped, err := LoadState(r.store, st)
@@ -571,9 +540,7 @@ func drain[T any](ch <-chan T, batch []T, max int) []T {
 
 // applyRemote stores and applies entries from peers and tells watchers.
 func (r *Replica) applyRemote(entries []*Signed) int {
-	r.mu.Lock()
-	changes, err := r.storeAndApply(entries)
-	r.mu.Unlock()
+	changes, err := r.commit(entries)
 	if err != nil {
 		r.log.Error("storing entries from peers", "err", err)
 	}
@@ -591,10 +558,15 @@ func (r *Replica) collect() {
 			return
 		case <-t.C:
 		}
+		// Under the commit lock: a key written again between the two
+		// steps must not be deleted from the store.
+		r.commits.mu.Lock()
 		r.mu.Lock()
 		gone := r.state.Collect(r.now(), TombstoneGrace)
 		r.mu.Unlock()
-		if err := r.store.Delete(gone...); err != nil {
+		err := r.store.Delete(gone...)
+		r.commits.mu.Unlock()
+		if err != nil {
 			r.log.Warn("collecting tombstones", "err", err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/btree"
 )
 
 // MaxClockSkew is how far in the future an entry's clock may be, against
@@ -33,13 +35,18 @@ type Change struct {
 type State struct {
 	trust   Trust
 	entries map[string]*Signed
+	keys    *btree.BTreeG[string] // the keys of entries, in order, for Prefix
 	digest  digest
 }
 
 // NewState returns an empty state that authorises entries with trust.
 func NewState(trust Trust) *State {
-	return &State{trust: trust, entries: map[string]*Signed{}}
+	return &State{trust: trust, entries: map[string]*Signed{}, keys: btree.NewOrderedG[string](keysDegree)}
 }
+
+// keysDegree is the key index's B-tree degree: google/btree's examples
+// use 32 for in-memory trees (nodes of up to 63 keys).
+const keysDegree = 32
 
 // Trust is the state's trust list.
 func (s *State) Trust() Trust { return s.trust }
@@ -73,6 +80,9 @@ func (s *State) Apply(e *Signed, now time.Time) (*Change, error) {
 		return nil, nil
 	}
 	s.entries[e.Key] = e
+	if old == nil {
+		s.keys.ReplaceOrInsert(e.Key)
+	}
 	s.digest.put(e.Key, keyHash(e.Key), versionHash(e))
 	return &Change{Key: e.Key, Old: old, New: e}, nil
 }
@@ -93,14 +103,19 @@ func (s *State) Version(key string) (*Signed, bool) {
 }
 
 // Prefix returns the live entries whose key starts with prefix, by key.
+// It walks only those keys: the job loop and status read a job's entries
+// at every change, in a state that holds thousands of other keys.
 func (s *State) Prefix(prefix string) []*Signed {
 	var out []*Signed
-	for k, e := range s.entries {
-		if !e.Deleted && strings.HasPrefix(k, prefix) {
+	s.keys.AscendGreaterOrEqual(prefix, func(k string) bool {
+		if !strings.HasPrefix(k, prefix) {
+			return false
+		}
+		if e := s.entries[k]; !e.Deleted {
 			out = append(out, e)
 		}
-	}
-	slices.SortFunc(out, func(a, b *Signed) int { return strings.Compare(a.Key, b.Key) })
+		return true
+	})
 	return out
 }
 
@@ -122,6 +137,7 @@ func (s *State) Collect(now time.Time, grace time.Duration) []string {
 	for k, e := range s.entries {
 		if e.Deleted && now.Sub(e.HLC.Wall()) > grace {
 			delete(s.entries, k)
+			s.keys.Delete(k)
 			s.digest.remove(keyHash(k))
 			gone = append(gone, k)
 		}

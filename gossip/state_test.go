@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -358,4 +360,56 @@ func cidForm(t *testing.T, p string) string {
 		t.Fatalf("CIDv1 form %q of %s: %v", c, p, err)
 	}
 	return c
+}
+
+// Prefix walks an ordered index of the keys: after random writes, deletes
+// and collections it lists exactly what a scan of every entry finds, in
+// key order.
+func TestPrefixMatchesAScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	a := newAuthor(t, rng)
+	s := NewState(NewTrust())
+	now := t0
+	names := []string{"a", "ab", "a.b", "a-", "b", "b0"}
+	name := func() string { return names[rng.IntN(len(names))] }
+	key := func() string {
+		switch rng.IntN(3) {
+		case 0:
+			return "tribes/" + name()
+		case 1:
+			return "tribes/" + name() + "/plugins/" + name()
+		}
+		return "tribes/" + name() + "/tasks/" + name()
+	}
+	prefix := func() string {
+		k := key()
+		return k[:rng.IntN(len(k)+1)]
+	}
+	for i := range 3000 {
+		now = now.Add(time.Second)
+		if _, err := s.Apply(a.write(t, now, key(), "v", rng.IntN(3) == 0), now); err != nil {
+			t.Fatal(err)
+		}
+		if i%500 == 499 {
+			s.Collect(now, time.Duration(rng.IntN(600))*time.Second)
+		}
+		p := prefix()
+		var want []string
+		for k, e := range s.entries {
+			if !e.Deleted && strings.HasPrefix(k, p) {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(want)
+		var got []string
+		for _, e := range s.Prefix(p) {
+			got = append(got, e.Key)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d, Prefix(%q): %v, want %v", i, p, got, want)
+		}
+	}
+	if s.keys.Len() != len(s.entries) {
+		t.Fatalf("%d keys indexed for %d entries", s.keys.Len(), len(s.entries))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -31,9 +32,14 @@ func corrupt(path, format string, args ...any) error {
 
 // Store keeps the signed entries on disk (bbolt), key to envelope.
 type Store struct {
-	db   *bolt.DB
-	path string
+	db      *bolt.DB
+	path    string
+	commits atomic.Int64 // write transactions, each a disk sync
 }
+
+// Commits is how many write transactions the store made: each one syncs
+// the disk (twice, data then meta) unless syncing is off.
+func (s *Store) Commits() int64 { return s.commits.Load() }
 
 // OpenStore opens or creates the store at path. noSync skips fsync on
 // commit: only for simulations, where durability is not under test.
@@ -208,6 +214,7 @@ func (s *Store) Put(entries ...*Signed) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	s.commits.Add(1)
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(entriesBucket)
 		for _, e := range entries {
@@ -228,6 +235,7 @@ func (s *Store) Delete(keys ...string) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	s.commits.Add(1)
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(entriesBucket)
 		for _, k := range keys {

@@ -148,6 +148,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["task_watch_refused"] = n.tasks.watchRefused.Load()
 	out["job_unreadable"] = n.jobs.unreadable.Load()
 	out["job_output_refused"] = n.jobs.outputRefused.Load()
+	out["job_handoff_refused"] = n.jobs.handRefused.Load()
 	n.tasks.watch.mu.Lock()
 	out["task_watch_dropped"] = n.tasks.watch.dropped
 	n.tasks.watch.mu.Unlock()

@@ -102,8 +102,9 @@ func (n *Node) readJobOutput(id string) ([]byte, error) {
 // node's from its file, another's over JobOutputProtocol, checked against
 // the digest in that node's signed ack.
 func (n *Node) JobOutput(ctx context.Context, id, node string) (api.JobOutput, error) {
-	if _, ok := n.replica.Get(jobKey(id)); !ok {
-		return api.JobOutput{}, api.NotFound(fmt.Errorf("%w %q (see `tribe job list`)", ErrUnknownJob, id))
+	j, _, err := n.jobByID(ctx, id)
+	if err != nil {
+		return api.JobOutput{}, err
 	}
 	ids, err := n.resolve([]string{node})
 	if err != nil {
@@ -112,6 +113,10 @@ func (n *Node) JobOutput(ctx context.Context, id, node string) (api.JobOutput, e
 	target := ids[0]
 	rec, _ := n.nodeNamed(target)
 	e, ok := n.replica.Get(ackKey(id, target))
+	if !ok { // acks go to the job's writer
+		n.syncJobWriters(ctx, n.jobWriter(j))
+		e, ok = n.replica.Get(ackKey(id, target))
+	}
 	if !ok {
 		return api.JobOutput{}, api.BadRequest(fmt.Errorf("%s has not acknowledged job %s", node, id))
 	}

@@ -49,9 +49,13 @@ type jobSet struct {
 	cache map[string]cachedJob // decoded job entries, by key
 	acks  map[string]cachedAck // decoded own acks, by job id
 	self  string               // this node's peer ID, as in ack keys
+	// waiting are the job streams that wait for this node's final ack
+	// of their job, by job id (see serveJob).
+	waiting map[string]chan *gossip.Signed
 
 	unreadable    atomic.Int64 // job or ack entries this version cannot read
 	acksPublished atomic.Int64 // acks published because the writer was out of reach
+	handRefused   atomic.Int64 // job streams that carried no job this node takes
 	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
 }
 
@@ -166,7 +170,11 @@ func (h jobHost) PutAck(id string, a jobs.Ack) error {
 	n.spawn(func() {
 		select {
 		case <-time.After(after):
-			n.shareAck(id, s)
+			// A final ack goes back on the stream that brought the
+			// job, if one waits for it (see serveJob).
+			if !a.State.Final() || !n.jobs.answer(id, s) {
+				n.shareAck(id, s)
+			}
 		case <-n.ctx.Done():
 		}
 	})
@@ -183,7 +191,7 @@ const runningShareAfter = time.Second
 // per job, which on 25 agents made a job cost each agent 50 times what a
 // call to the same 25 did. The other nodes get acks by anti-entropy, and
 // a node asked for a job's status pulls from its writer first
-// (syncJobWriter). Only if the writer cannot be reached is the ack
+// (syncJobWriters). Only if the writer cannot be reached is the ack
 // published, so that it reaches whoever watches.
 func (n *Node) shareAck(id string, s *gossip.Signed) {
 	if cur, ok := n.replica.Get(s.Key); !ok || cur.Hash != s.Hash {
@@ -208,24 +216,26 @@ func (n *Node) shareAck(id string, s *gossip.Signed) {
 	n.replica.Announce(n.ctx, s)
 }
 
-// syncJobWriter pulls from the writer of each job (a trusted writer, one
-// of few) what this node lacks, acks above all: they go to the writer by
-// push and reach other nodes only by anti-entropy. Best effort, bounded:
-// an unreachable writer leaves the status as this node knows it.
-func (n *Node) syncJobWriter(ctx context.Context, js ...*jobs.Job) {
-	seen := map[peer.ID]bool{n.host.ID(): true}
-	for _, j := range js {
-		e, ok := n.replica.Get(jobKey(j.ID))
-		if !ok || seen[e.Author] {
-			continue
-		}
-		seen[e.Author] = true
-		if n.host.Network().Connectedness(e.Author) != network.Connected {
+// jobWriter is who wrote job j (empty if this node no longer holds it).
+func (n *Node) jobWriter(j *jobs.Job) peer.ID {
+	if e, ok := n.replica.Get(jobKey(j.ID)); ok {
+		return e.Author
+	}
+	return ""
+}
+
+// syncJobWriters pulls from each of writers this node is connected to
+// what it lacks: jobs go to their targets and acks to the job's writer,
+// and reach other nodes only by anti-entropy. Best effort, bounded: an
+// unreachable writer leaves the status as this node knows it.
+func (n *Node) syncJobWriters(ctx context.Context, writers ...peer.ID) {
+	for _, w := range writers {
+		if w == "" || w == n.host.ID() || n.host.Network().Connectedness(w) != network.Connected {
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, jobWriterSyncTimeout)
-		if _, err := n.replica.SyncWith(sctx, e.Author); err != nil && ctx.Err() == nil {
-			n.log.Debug("pulling a job's acks from its writer", "writer", e.Author, "err", err)
+		if _, err := n.replica.SyncWith(sctx, w); err != nil && ctx.Err() == nil {
+			n.log.Debug("pulling jobs and acks from a job writer", "writer", w, "err", err)
 		}
 		cancel()
 	}
@@ -286,6 +296,8 @@ func (n *Node) jobLoop() {
 	})()
 	n.host.SetStreamHandler(JobOutputProtocol, n.serveJobOutput)
 	defer n.host.RemoveStreamHandler(JobOutputProtocol)
+	n.host.SetStreamHandler(JobProtocol, n.serveJob)
+	defer n.host.RemoveStreamHandler(JobProtocol)
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
 	collect := time.NewTicker(jobCollectEvery)

@@ -215,3 +215,64 @@ func TestJobAcksGoToTheWriter(t *testing.T) {
 		t.Error("c reached b's state without publishing its ack")
 	}
 }
+
+// With a trust list, a job goes only to its targets: a node outside them
+// does not hold it until asked, and then pulls it (and its acks) from the
+// trusted writers. A job stream carries only a job its sender wrote: a
+// job handed on by another node, or an entry that is not a job, is
+// refused and counted.
+func TestJobReachesOnlyItsTargets(t *testing.T) {
+	ctx := context.Background()
+	ac := loopbackConfig(t, "a")
+	ac.Trusted = []string{identity(t, ac).String()}
+	ac.SyncInterval = time.Hour
+	a := startNode(t, ac)
+	nodes := map[string]*Node{}
+	for _, name := range []string{"b", "c", "d"} {
+		c := loopbackConfig(t, name)
+		c.Trusted, c.Join, c.SyncInterval = ac.Trusted, []string{tcpAddr(a)}, time.Hour
+		nodes[name] = startNode(t, c)
+	}
+	b, c, d := nodes["b"], nodes["c"], nodes["d"]
+	waitFor(t, "a to know every node", func() bool { return len(a.nodeRecords()) == 4 })
+	if _, err := a.Admit(ctx, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{b, c} {
+		waitFor(t, n.cfg.Name+" admitted on "+n.cfg.Name, func() bool { return n.rules().Counts(n.ID()) })
+	}
+	jobTribe(t, a, "t", "echo", []*Node{b, c})
+
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	if _, ok := d.replica.Get(jobKey(j.ID)); ok {
+		t.Fatal("d, no target, was sent the job")
+	}
+	if s := jobState(t, d, j.ID); s.State != "done" || s.Counts["done"] != 2 {
+		t.Fatalf("the job as d shows it, asked: %+v", s)
+	}
+
+	rejected := func(n *Node) (sum int64) {
+		for _, v := range n.rejected() {
+			sum += v
+		}
+		return sum
+	}
+	before := rejected(b)
+	job, _ := d.replica.Get(jobKey(j.ID))
+	own, _ := d.replica.Get(nodesPrefix + d.ID().String())
+	for what, e := range map[string]*gossip.Signed{"a's job": job, "d's own record": own} {
+		if err := d.handJob(b.ID(), e); err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("%s handed to b by d: %v", what, err)
+		}
+	}
+	if got := rejected(b) - before; got != 2 {
+		t.Errorf("b counted %d refusals, want 2", got)
+	}
+	if b.jobs.handRefused.Load() != 1 {
+		t.Errorf("job streams without a job: %d counted, want 1", b.jobs.handRefused.Load())
+	}
+}

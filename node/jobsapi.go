@@ -124,18 +124,29 @@ func (n *Node) SubmitJob(ctx context.Context, req api.JobRequest) (api.Job, erro
 		return api.Job{}, api.BadRequest(err)
 	}
 	b, _ := json.Marshal(j)
-	if _, err := n.replica.Put(ctx, jobKey(j.ID), b); err != nil {
+	e, err := n.replica.PutQuiet(ctx, jobKey(j.ID), b)
+	if err != nil {
 		return api.Job{}, writeErr(err)
 	}
+	// Published too where the targets alone will not do: new members
+	// must find it, and with no trust list any node may have written a
+	// job, so a node that does not know one has no writer to ask.
+	publish := j.IncludeNew || n.replica.Trust().Open()
+	n.spawn(func() { n.deliverJob(e, targets, publish) })
 	return n.jobView(&j, false), nil
 }
 
-// jobByID is the live job id, or a 404.
-func (n *Node) jobByID(id string) (*jobs.Job, *gossip.Signed, error) {
+// jobByID is the live job id, or a 404. A job this node does not hold
+// may be one it was not sent: it asks the trusted writers first.
+func (n *Node) jobByID(ctx context.Context, id string) (*jobs.Job, *gossip.Signed, error) {
 	if !gossip.ValidName(id) {
 		return nil, nil, api.BadRequest(fmt.Errorf("%q is not a job id", id))
 	}
 	e, ok := n.replica.Get(jobKey(id))
+	if !ok {
+		n.syncJobWriters(ctx, n.replica.Trust().Peers()...)
+		e, ok = n.replica.Get(jobKey(id))
+	}
 	if !ok {
 		return nil, nil, api.NotFound(fmt.Errorf("%w %q (see `tribe job list`)", ErrUnknownJob, id))
 	}
@@ -148,24 +159,26 @@ func (n *Node) jobByID(id string) (*jobs.Job, *gossip.Signed, error) {
 
 // Job implements api.Agent.
 func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
-	j, _, err := n.jobByID(id)
+	j, _, err := n.jobByID(ctx, id)
 	if err != nil {
 		return api.Job{}, err
 	}
-	n.syncJobWriter(ctx, j)
+	n.syncJobWriters(ctx, n.jobWriter(j))
 	return n.jobView(j, true), nil
 }
 
 // Jobs implements api.Agent: every job (of tribe only, if set), oldest
 // first, with counts instead of rows.
 func (n *Node) Jobs(ctx context.Context, tribe string) ([]api.Job, error) {
+	// Jobs reach their targets, not every node: the trusted writers know
+	// them all, and their targets' acks.
+	n.syncJobWriters(ctx, n.replica.Trust().Peers()...)
 	var js []*jobs.Job
 	for _, j := range n.knownJobs() {
 		if tribe == "" || slices.Contains(j.Tribes, tribe) {
 			js = append(js, j)
 		}
 	}
-	n.syncJobWriter(ctx, js...)
 	out := []api.Job{}
 	for _, j := range js {
 		out = append(out, n.jobView(j, false))
@@ -183,11 +196,11 @@ func (n *Node) Jobs(ctx context.Context, tribe string) ([]api.Job, error) {
 // targets that have not started it end it cancelled, a run under way
 // finishes.
 func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
-	j, _, err := n.jobByID(id)
+	j, _, err := n.jobByID(ctx, id)
 	if err != nil {
 		return api.Job{}, err
 	}
-	n.syncJobWriter(ctx, j)
+	n.syncJobWriters(ctx, n.jobWriter(j))
 	if s := n.summarize(j); s.State != jobs.Pending {
 		return api.Job{}, api.BadRequest(fmt.Errorf("job %s has ended (%s): nothing to cancel", id, s.State))
 	}
@@ -241,11 +254,11 @@ func (n *Node) targetView(job string, t jobs.Target) api.JobTarget {
 // WaitJob implements api.Agent: each target's final state as this node
 // learns it (the ones already final first), until none is pending.
 func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)) error {
-	wj, _, err := n.jobByID(id)
+	wj, _, err := n.jobByID(ctx, id)
 	if err != nil {
 		return err
 	}
-	n.syncJobWriter(ctx, wj)
+	n.syncJobWriters(ctx, n.jobWriter(wj))
 	changed := make(chan struct{}, 1)
 	defer n.replica.Watch(jobKey(id), func(gossip.Change) {
 		select {
@@ -284,7 +297,7 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 			return errors.New("the agent is shutting down")
 		case <-changed:
 		case <-tick.C:
-			n.syncJobWriter(ctx, j) // acks go to the writer, not here
+			n.syncJobWriters(ctx, n.jobWriter(j)) // acks go to the writer, not here
 		}
 	}
 }

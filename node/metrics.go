@@ -57,6 +57,7 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 		ID: n.host.ID().String(), Name: n.cfg.Name, Cluster: n.cfg.Cluster, Version: Version,
 		Peers:            len(n.ConnectedPeers()),
 		Entries:          n.replica.Len(),
+		StoreCommits:     n.replica.StoreCommits(),
 		NodesByLiveness:  map[string]int{Alive: 0, Suspect: 0, Dead: 0},
 		NodesByAdmission: map[string]int{},
 		Rejected:         n.rejected(),

@@ -135,7 +135,7 @@ func memOf(b *testing.B, pid int) (rss, pss float64) {
 // the single call (target for 25: at most 5x).
 func BenchmarkFanOut25Agents(b *testing.B) {
 	const n = 25
-	_, c := echoFleet(b, "f", n, func(all []string) map[string][]string {
+	_, c := echoFleet(b, "f", n, false, func(all []string) map[string][]string {
 		return map[string][]string{"f25": all, "f5": all[1:6]}
 	})
 	ctx := context.Background()
@@ -177,14 +177,19 @@ func BenchmarkFanOut25Agents(b *testing.B) {
 // others --join), waits until the first knows them all, makes the tribes
 // tribes(names) asks for and loads echo in each, and waits until every
 // member has it loaded. It returns the agents and a client of the first.
-func echoFleet(b *testing.B, prefix string, n int, tribes func(names []string) map[string][]string) ([]*agentProc, *api.Client) {
+func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(names []string) map[string][]string) ([]*agentProc, *api.Client) {
 	b.Helper()
 	agents := make([]*agentProc, n)
 	agents[0] = newAgent(b, prefix+"0")
+	var trust []string
+	if trusted { // the first is the trusted writer and admits the rest
+		trust = []string{"--trusted", presetIdentity(b, agents[0])}
+		agents[0].args = append(agents[0].args, append(trust, "--auto-admit", "true")...)
+	}
 	agents[0].start()
 	seed := agents[0].tcpJoin()
 	for j := 1; j < n; j++ {
-		agents[j] = newAgent(b, fmt.Sprintf("%s%d", prefix, j), "--join", seed)
+		agents[j] = newAgent(b, fmt.Sprintf("%s%d", prefix, j), append([]string{"--join", seed}, trust...)...)
 		agents[j].start()
 	}
 	c := api.NewClient(filepath.Join(agents[0].dir, api.SocketName))
@@ -192,7 +197,13 @@ func echoFleet(b *testing.B, prefix string, n int, tribes func(names []string) m
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		nodes, err := c.Nodes(ctx, "")
-		if err == nil && len(nodes) == n {
+		pending := 0
+		for _, nd := range nodes {
+			if nd.Admission == "pending" {
+				pending++
+			}
+		}
+		if err == nil && len(nodes) == n && pending == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

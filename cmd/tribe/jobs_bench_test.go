@@ -13,7 +13,8 @@ import (
 )
 
 // BenchmarkJob25Agents runs 25 agent processes on loopback, all in tribe
-// j25 with echo loaded. Through the first one's API (as the CLI does) it
+// j25 with echo loaded, the first the trusted writer (which admits the
+// rest), as a fleet in production would be. Through the first one's API (as the CLI does) it
 // measures, alternately in the same run: a durable job to the tribe from
 // submit until every target's ack says done, and one `tribe call`
 // fan-out to the same 25 (target: the job at most 2x the call). Then the
@@ -22,7 +23,7 @@ import (
 // state a finished job holds per target (its entry and acks, signed).
 func BenchmarkJob25Agents(b *testing.B) {
 	const n = 25
-	agents, c := echoFleet(b, "j", n, func(all []string) map[string][]string { return map[string][]string{"j25": all} })
+	agents, c := echoFleet(b, "j", n, true, func(all []string) map[string][]string { return map[string][]string{"j25": all} })
 	ctx := context.Background()
 	call := func() time.Duration {
 		start := time.Now()

@@ -19,7 +19,7 @@ import (
 
 // presetIdentity creates the agent's key before it starts, so its peer ID
 // can go in every agent's trust list.
-func presetIdentity(t *testing.T, a *agentProc) string {
+func presetIdentity(t testing.TB, a *agentProc) string {
 	t.Helper()
 	key, _, err := keys.LoadOrCreateIdentity(filepath.Join(a.dir, keys.IdentityFile))
 	if err != nil {

@@ -39,6 +39,8 @@ var (
 	descRelinks = prometheus.NewDesc("tribe_peer_relinks_total",
 		"Links started over because a peer restarted while this node held a connection to its previous run (so pubsub reaches it again at once).",
 		nil, nil)
+	descCommits = prometheus.NewDesc("tribe_store_commits_total",
+		"Write transactions of the state store, each a disk sync; writes that arrive together share one.", nil, nil)
 	descPlugins = prometheus.NewDesc("tribe_plugins",
 		"Plugin instances this node was asked to run, one per tribe and plugin, by state (loaded, error).",
 		[]string{"state"}, nil)
@@ -51,7 +53,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelinks, descPlugins} {
+		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelinks, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -90,4 +92,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")
 	counter(descFetched, s.Sync.Fetched)
 	counter(descApplied, s.Sync.Applied)
+	counter(descCommits, s.StoreCommits)
 }

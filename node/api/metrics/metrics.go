@@ -64,6 +64,9 @@ type Snapshot struct {
 	Peers int
 	// Entries is the state keys held, tombstones included.
 	Entries int
+	// StoreCommits is the state store's write transactions, each a disk
+	// sync.
+	StoreCommits int64
 	// NodesByLiveness counts the nodes with a record (alive, suspect,
 	// dead); NodesByAdmission the same nodes by admission (open, trusted,
 	// admitted, pending, revoked).

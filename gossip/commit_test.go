@@ -1,0 +1,97 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// queued is how many commits wait for the commit lock.
+func queued(r *Replica) int {
+	r.commits.qmu.Lock()
+	defer r.commits.qmu.Unlock()
+	return len(r.commits.queue)
+}
+
+// Writes that arrive while a commit is under way are stored together, in
+// one transaction (one disk sync), and each returns once its entry is
+// stored and applied.
+func TestWritesArrivingTogetherShareOneCommit(t *testing.T) {
+	r := newTestNet(t).r
+	ctx := context.Background()
+	before := r.StoreCommits()
+	r.commits.mu.Lock() // a commit under way
+	const writers = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for i := range writers {
+		wg.Go(func() {
+			_, err := r.Put(ctx, fmt.Sprintf("tribes/t%d", i), []byte("v"))
+			errs <- err
+		})
+	}
+	waitFor(t, func() bool { return queued(r) == writers })
+	r.commits.mu.Unlock()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.StoreCommits() - before; got != 1 {
+		t.Errorf("%d writes made %d commits, want 1", writers, got)
+	}
+	st := NewState(r.Trust())
+	if _, _, err := LoadState(r.store, st); err != nil {
+		t.Fatal(err)
+	}
+	for i := range writers {
+		key := fmt.Sprintf("tribes/t%d", i)
+		if _, ok := r.Get(key); !ok {
+			t.Errorf("%s not applied", key)
+		}
+		if _, ok := st.Get(key); !ok {
+			t.Errorf("%s not stored", key)
+		}
+	}
+}
+
+// Two versions of one key committed together: the newer is stored and
+// applied, whichever came first, and only its commit reports a change.
+func TestACommitKeepsTheNewerOfOneKey(t *testing.T) {
+	r := newTestNet(t).r
+	a := newAuthor(t, rand.New(rand.NewPCG(3, 3)))
+	now := time.Now()
+	older := a.write(t, now, "tribes/x", "old", false)
+	newer := a.write(t, now, "tribes/x", "new", false)
+	r.commits.mu.Lock()
+	changes := make([][]*Change, 2)
+	var wg sync.WaitGroup
+	for i, e := range []*Signed{newer, older} {
+		wg.Go(func() {
+			c, err := r.commit([]*Signed{e})
+			if err != nil {
+				t.Error(err)
+			}
+			changes[i] = c
+		})
+	}
+	waitFor(t, func() bool { return queued(r) == 2 })
+	r.commits.mu.Unlock()
+	wg.Wait()
+	if e, ok := r.Get("tribes/x"); !ok || string(e.Value) != "new" {
+		t.Fatalf("held %v, want the newer", e)
+	}
+	if len(changes[0]) != 1 || len(changes[1]) != 0 {
+		t.Errorf("changes: newer %d, older %d; want 1 and 0", len(changes[0]), len(changes[1]))
+	}
+	st := NewState(r.Trust())
+	LoadState(r.store, st)
+	if e, ok := st.Get("tribes/x"); !ok || string(e.Value) != "new" {
+		t.Fatalf("stored %v, want the newer", e)
+	}
+}

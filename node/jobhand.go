@@ -1,0 +1,196 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+)
+
+// JobProtocol hands a new job to one of its targets and brings back the
+// target's ack on the same stream when the run ends soon, as a call
+// brings back its answer. The writer sends the job's signed entry and
+// closes its side. The target takes it as it takes a push (the sender
+// must have written it), answers one byte (1 taken, 0 refused) and then,
+// once its own ack of the job is final and at most jobAnswerWait later,
+// that ack's signed entry, or nothing: an ack that comes later goes to
+// the writer by push (shareAck).
+const JobProtocol = "/tribe/job/1.0.0"
+
+const (
+	// jobAnswerWait is how long a target holds a job stream for its
+	// final ack: a run that ends within it answers like a call.
+	jobAnswerWait = time.Second
+	// jobHandTimeout bounds the rest of a job stream on either side.
+	jobHandTimeout = 10 * time.Second
+)
+
+// deliverJob hands a new job straight to each of its targets this node is
+// connected to, as a call's fan-out reaches them (bounded the same way);
+// a target's ack comes back on the same stream. Only if one is not
+// reached (not connected, down, the hand-off failed), or publish is set,
+// is the job published, to reach the rest through pubsub and
+// anti-entropy: published, a job cost every node of the fleet as much
+// again as its targets' runs did. A node that is asked about a job it
+// does not hold pulls from the trusted writers (jobByID).
+func (n *Node) deliverJob(e *gossip.Signed, targets []string, publish bool) {
+	var ids []peer.ID
+	for _, t := range targets {
+		id, err := peer.Decode(t)
+		switch {
+		case err != nil:
+			publish = true // cannot happen: the targets are peer IDs
+		case id == n.host.ID():
+		case n.host.Network().Connectedness(id) == network.Connected:
+			ids = append(ids, id)
+		default:
+			publish = true
+		}
+	}
+	sem := make(chan struct{}, n.cfg.CallParallel)
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := n.handJob(id, e); err != nil {
+				failed.Store(true)
+				if n.ctx.Err() == nil {
+					n.log.Debug("handing a job to a target", "job", e.Key, "target", id, "err", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if publish || failed.Load() {
+		n.replica.Announce(n.ctx, e)
+	}
+}
+
+// handJob hands job e to target p and takes the ack p answers with, if
+// any, as a push from p.
+func (n *Node) handJob(p peer.ID, e *gossip.Signed) error {
+	ctx, cancel := context.WithTimeout(n.ctx, jobHandTimeout+jobAnswerWait)
+	defer cancel()
+	s, err := n.host.NewStream(ctx, p, JobProtocol)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	if _, err := s.Write(e.Raw); err != nil {
+		return err
+	}
+	s.CloseWrite()
+	var taken [1]byte
+	if _, err := io.ReadFull(s, taken[:]); err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	if taken[0] != 1 {
+		return errors.New("refused")
+	}
+	ack, err := io.ReadAll(io.LimitReader(s, gossip.MaxEntrySize+1))
+	if err != nil || len(ack) == 0 {
+		return nil // taken; the ack, if it was cut short, comes by push
+	}
+	if _, err := n.replica.Accept(p, ack); err != nil {
+		return fmt.Errorf("its ack: %w", err)
+	}
+	return nil
+}
+
+// serveJob takes a job handed to this node and answers with this node's
+// final ack of it, if there is one within jobAnswerWait.
+func (n *Node) serveJob(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(jobHandTimeout + jobAnswerWait))
+	b, err := io.ReadAll(io.LimitReader(s, gossip.MaxEntrySize+1))
+	if err != nil {
+		s.Reset()
+		return
+	}
+	e, err := n.replica.Accept(from, b) // refusals are counted there
+	if err == nil && !isJobKey(e.Key) {
+		n.jobs.handRefused.Add(1)
+		err = fmt.Errorf("%s is not a job", e.Key)
+	}
+	if err != nil {
+		n.log.Debug("refused a job handed by a peer", "from", from, "err", err)
+		s.Write([]byte{0})
+		return
+	}
+	id := strings.TrimPrefix(e.Key, jobsPrefix)
+	ch := n.jobs.await(id)
+	defer n.jobs.unawait(id, ch)
+	if _, err := s.Write([]byte{1}); err != nil {
+		s.Reset()
+		return
+	}
+	var ack *gossip.Signed
+	if a, ok := n.ownAck(id); ok && a.State.Final() {
+		ack, _ = n.replica.Get(n.ownAckKey(id))
+	} else {
+		t := time.NewTimer(jobAnswerWait)
+		defer t.Stop()
+		select {
+		case ack = <-ch:
+		case <-t.C:
+		case <-n.ctx.Done():
+		}
+	}
+	if ack == nil {
+		return
+	}
+	if _, err := s.Write(ack.Raw); err != nil {
+		s.Reset()
+		n.spawn(func() { n.shareAck(id, ack) })
+	}
+}
+
+// await registers a job stream waiting for this node's final ack of job
+// id; answer hands it one.
+func (s *jobSet) await(id string) chan *gossip.Signed {
+	ch := make(chan *gossip.Signed, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting == nil {
+		s.waiting = map[string]chan *gossip.Signed{}
+	}
+	s.waiting[id] = ch
+	return ch
+}
+
+func (s *jobSet) unawait(id string, ch chan *gossip.Signed) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting[id] == ch {
+		delete(s.waiting, id)
+	}
+}
+
+// answer hands ack to the job stream waiting for job id, if one does.
+func (s *jobSet) answer(id string, ack *gossip.Signed) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.waiting[id]
+	if ok {
+		delete(s.waiting, id)
+		ch <- ack
+	}
+	return ok
+}

@@ -1,0 +1,294 @@
+package external
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/external/wire"
+)
+
+// Config bounds an external plugin; zero fields take the defaults.
+type Config struct {
+	Log *slog.Logger
+	// MaxAnswer caps one answer line: a plugin that writes more is
+	// killed (and restarted), and the call fails saying so.
+	MaxAnswer int
+	// HandshakeTimeout bounds a start: the plugin must say what it is
+	// within it.
+	HandshakeTimeout time.Duration
+	// KillGrace is how long a call may go past its deadline (or its
+	// caller's cancel) before the plugin is taken for hung and killed.
+	KillGrace time.Duration
+	// StopGrace is how long a stopping plugin has to exit by itself.
+	StopGrace time.Duration
+	// BackoffMin and BackoffMax bound the wait before a restart, which
+	// doubles with each crash inside CrashWindow.
+	BackoffMin, BackoffMax time.Duration
+	// CrashLimit crashes inside CrashWindow make the plugin report an
+	// error (Health) until it stays up.
+	CrashLimit  int
+	CrashWindow time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.MaxAnswer <= 0 {
+		c.MaxAnswer = plugins.MaxResponseSize
+	}
+	def(&c.HandshakeTimeout, 5*time.Second)
+	def(&c.KillGrace, 2*time.Second)
+	def(&c.StopGrace, 2*time.Second)
+	def(&c.BackoffMin, 100*time.Millisecond)
+	def(&c.BackoffMax, 30*time.Second)
+	def(&c.CrashWindow, time.Minute)
+	if c.CrashLimit <= 0 {
+		c.CrashLimit = 5
+	}
+	return c
+}
+
+// Plugin is a supervised external plugin: one process, restarted with
+// backoff when it exits, killed when a call outlives its deadline by
+// KillGrace. It implements plugins.Plugin, and Close stops it.
+type Plugin struct {
+	path, file string
+	cfg        Config
+
+	mu      sync.Mutex
+	info    wire.Info
+	proc    *process // nil while it restarts
+	last    error    // why the last process ended
+	crashes []time.Time
+	closed  bool
+	stop    chan struct{}
+}
+
+// Start runs the plugin at path and waits for its handshake.
+func Start(path string, cfg Config) (*Plugin, error) {
+	p := &Plugin{path: path, file: filepath.Base(path), cfg: cfg.withDefaults(), stop: make(chan struct{})}
+	proc, info, err := p.launch()
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", p.file, err)
+	}
+	p.proc, p.info = proc, info
+	go p.supervise(proc)
+	return p, nil
+}
+
+// launch starts a process and shakes hands with it.
+func (p *Plugin) launch() (*process, wire.Info, error) {
+	proc, err := startProcess(p.path, p.file, p.cfg.Log, p.cfg.MaxAnswer)
+	if err != nil {
+		return nil, wire.Info{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.HandshakeTimeout)
+	defer cancel()
+	info, err := proc.handshake(ctx, p.file)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no handshake answer within %v: is it a tribe plugin?", p.cfg.HandshakeTimeout)
+		}
+		proc.kill()
+		<-proc.done
+		return nil, wire.Info{}, err
+	}
+	return proc, info, nil
+}
+
+// supervise restarts the plugin each time its process ends, until Close.
+func (p *Plugin) supervise(proc *process) {
+	for {
+		select {
+		case <-proc.done:
+		case <-p.stop:
+			return
+		}
+		err := proc.exitErr()
+		for {
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				return
+			}
+			now := time.Now()
+			p.proc, p.last = nil, err
+			p.crashes = append(p.crashes, now)
+			recent := p.recentCrashes(now)
+			p.mu.Unlock()
+			wait := min(p.cfg.BackoffMin<<min(recent-1, 20), p.cfg.BackoffMax)
+			p.cfg.Log.Warn("plugin ended; restarting it", "plugin", p.file, "err", err, "in", wait, "crashes", recent)
+			select {
+			case <-time.After(wait):
+			case <-p.stop:
+				return
+			}
+			next, info, lerr := p.launch()
+			if lerr != nil {
+				err = lerr
+				continue
+			}
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				next.kill()
+				return
+			}
+			p.proc, p.info = next, info
+			p.mu.Unlock()
+			proc = next
+			break
+		}
+	}
+}
+
+// recentCrashes drops crashes older than the window and counts the rest.
+// Callers hold p.mu.
+func (p *Plugin) recentCrashes(now time.Time) int {
+	i := 0
+	for i < len(p.crashes) && now.Sub(p.crashes[i]) > p.cfg.CrashWindow {
+		i++
+	}
+	p.crashes = p.crashes[i:]
+	return len(p.crashes)
+}
+
+// current is the running process, nil while it restarts.
+func (p *Plugin) current() *process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.proc
+}
+
+// Health is nil while the plugin runs, or why it does not: it ended and
+// is being restarted, or it crashed CrashLimit times inside CrashWindow.
+func (p *Plugin) Health() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.recentCrashes(time.Now())
+	switch {
+	case p.closed:
+		return errors.New("stopped")
+	case n >= p.cfg.CrashLimit:
+		return fmt.Errorf("crashed %d times in %v, last: %v", n, p.cfg.CrashWindow, p.last)
+	case p.proc == nil:
+		return fmt.Errorf("restarting after it ended: %v", p.last)
+	}
+	return nil
+}
+
+func (p *Plugin) Name() string { return p.file }
+
+func (p *Plugin) Version() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.info.Version
+}
+
+func (p *Plugin) Kind() plugins.Kind {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return plugins.Kind(p.info.Kind)
+}
+
+func (p *Plugin) Methods() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.info.Methods
+}
+
+// Call runs method in the plugin's process. At ctx's end the plugin is
+// sent a cancel and the call returns; a plugin that has not answered
+// KillGrace later is killed (and restarted), so a hung plugin holds
+// nothing but its own process.
+func (p *Plugin) Call(ctx context.Context, method string, args json.RawMessage) (json.RawMessage, error) {
+	p.mu.Lock()
+	proc, closed := p.proc, p.closed
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return nil, fmt.Errorf("plugin %s is stopped", p.file)
+	case proc == nil:
+		return nil, fmt.Errorf("plugin %s is down: %w", p.file, p.Health())
+	}
+	timeout := plugins.DefaultTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	// Whole milliseconds, rounded up: the plugin's deadline never comes
+	// before the caller's.
+	id, ch, err := proc.send(wire.MethodCall, wire.CallParams{Method: method, Args: args, TimeoutMS: max((timeout+time.Millisecond-1).Milliseconds(), 1)}, true)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", p.file, err)
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return nil, fmt.Errorf("plugin %s ended mid-call: %w", p.file, proc.exitErr())
+		}
+		if r.Error != nil {
+			if ctx.Err() != nil { // it gave up at the deadline it was sent
+				return r.Error.Data, fmt.Errorf("%w: %s", ctx.Err(), r.Error.Message)
+			}
+			return r.Error.Data, errors.New(r.Error.Message)
+		}
+		return r.Result, nil
+	case <-ctx.Done():
+		proc.send(wire.MethodCancel, wire.CancelParams{ID: id}, false)
+		go func() {
+			t := time.NewTimer(p.cfg.KillGrace)
+			defer t.Stop()
+			select {
+			case <-ch:
+			case <-proc.done:
+			case <-t.C:
+				p.cfg.Log.Warn("plugin did not answer a call past its deadline; killed", "plugin", p.file, "method", method, "grace", p.cfg.KillGrace)
+				proc.fail(fmt.Errorf("killed: call %d (%s) went %v past its deadline", id, method, p.cfg.KillGrace))
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops the plugin: it is asked to shut down, and killed if it is
+// still running StopGrace later.
+func (p *Plugin) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.stop)
+	proc := p.proc
+	p.mu.Unlock()
+	if proc == nil {
+		return nil
+	}
+	proc.send(wire.MethodShutdown, nil, true)
+	proc.stdin.Close()
+	t := time.NewTimer(p.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-proc.done:
+	case <-t.C:
+		p.cfg.Log.Warn("plugin did not stop by itself; killed", "plugin", p.file, "grace", p.cfg.StopGrace)
+		proc.kill()
+		<-proc.done
+	}
+	return nil
+}

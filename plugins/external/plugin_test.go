@@ -1,0 +1,320 @@
+package external
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/plugins/sdk"
+)
+
+// The test binary is its own plugins: started as one (the agent sets
+// TRIBE_PLUGIN), it behaves as its file name says; the tests link that
+// name to it in a temp dir.
+func TestMain(m *testing.M) {
+	if name := os.Getenv("TRIBE_PLUGIN"); name != "" {
+		fakePlugin(name)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+type testMethods struct{}
+
+func (testMethods) Echo(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
+	return args, nil
+}
+
+// Sleep waits ms milliseconds or until its call ends.
+func (testMethods) Sleep(ctx context.Context, ms int) (string, error) {
+	select {
+	case <-time.After(time.Duration(ms) * time.Millisecond):
+		return "slept", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// Hang ignores its deadline and its cancel.
+func (testMethods) Hang(ctx context.Context, _ json.RawMessage) (string, error) {
+	time.Sleep(time.Hour)
+	return "", nil
+}
+
+func (testMethods) Crash(ctx context.Context, _ json.RawMessage) (string, error) {
+	os.Exit(3)
+	return "", nil
+}
+
+func (testMethods) Huge(ctx context.Context, _ json.RawMessage) (string, error) {
+	return strings.Repeat("x", 5<<20), nil
+}
+
+func (testMethods) Complain(ctx context.Context, s string) (string, error) {
+	fmt.Fprintln(os.Stderr, s)
+	return "said", nil
+}
+
+func (testMethods) Fail(ctx context.Context, _ json.RawMessage) (string, error) {
+	return "partial output", errors.New("it went wrong")
+}
+
+func fakePlugin(name string) {
+	switch name {
+	case "garbage":
+		fmt.Println("hello, I am not a tribe plugin")
+		time.Sleep(time.Hour)
+	case "silent":
+		time.Sleep(time.Hour)
+	case "wrongname":
+		sdk.Main(sdk.Info{Name: "other", Version: "1", Kind: "processor"}, testMethods{})
+	case "crashy": // crashes at start after its handshake, always
+		go func() { time.Sleep(20 * time.Millisecond); os.Exit(4) }()
+		sdk.Main(sdk.Info{Name: name, Version: "1", Kind: "processor"}, testMethods{})
+	default:
+		sdk.Main(sdk.Info{Name: name, Version: "1.2.3", Kind: "processor"}, testMethods{})
+	}
+}
+
+// plugin links name to the test binary in a temp dir and returns its path.
+func pluginPath(t *testing.T, name string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.Symlink(self, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// syncBuffer is a log sink the plugin's goroutines write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testConfig(log *syncBuffer) Config {
+	return Config{Log: slog.New(slog.NewTextHandler(log, nil)), HandshakeTimeout: 2 * time.Second,
+		KillGrace: 200 * time.Millisecond, StopGrace: time.Second, BackoffMin: 10 * time.Millisecond,
+		BackoffMax: 50 * time.Millisecond, CrashLimit: 3, CrashWindow: time.Minute}
+}
+
+func start(t *testing.T, name string, log *syncBuffer) *Plugin {
+	t.Helper()
+	p, err := Start(pluginPath(t, name), testConfig(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func call(p *Plugin, timeout time.Duration, method, args string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := p.Call(ctx, method, json.RawMessage(args))
+	return string(out), err
+}
+
+// restarted reports whether p runs a process other than first.
+func restarted(p *Plugin, first *process) bool {
+	cur := p.current()
+	return cur != nil && cur != first && p.Health() == nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func TestHandshakeAndCall(t *testing.T) {
+	p := start(t, "good", &syncBuffer{})
+	if p.Name() != "good" || p.Version() != "1.2.3" || p.Kind() != "processor" {
+		t.Fatalf("handshake: %s %s %s", p.Name(), p.Version(), p.Kind())
+	}
+	if want := []string{"complain", "crash", "echo", "fail", "hang", "huge", "sleep"}; !equal(p.Methods(), want) {
+		t.Fatalf("methods %v, want %v", p.Methods(), want)
+	}
+	if out, err := call(p, time.Second, "echo", `{"a":[1,2]}`); err != nil || out != `{"a":[1,2]}` {
+		t.Fatalf("echo: %s %v", out, err)
+	}
+	// A failed method's output comes with its error, as a command's does.
+	if out, err := call(p, time.Second, "fail", `null`); err == nil || err.Error() != "it went wrong" || out != `"partial output"` {
+		t.Fatalf("fail: %s %v", out, err)
+	}
+}
+
+func equal(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+
+// A call past its deadline, or cancelled, returns at once; a plugin that
+// honours the cancel keeps running.
+func TestDeadlineAndCancel(t *testing.T) {
+	p := start(t, "good", &syncBuffer{})
+	begin := time.Now()
+	if _, err := call(p, 100*time.Millisecond, "sleep", `5000`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("sleep past its deadline: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, err := p.Call(ctx, "sleep", json.RawMessage(`5000`)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled sleep: %v", err)
+	}
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Fatalf("the two calls took %v", took)
+	}
+	time.Sleep(300 * time.Millisecond) // past KillGrace: not killed
+	if err := p.Health(); err != nil {
+		t.Fatalf("after honoured cancels: %v", err)
+	}
+	if out, err := call(p, time.Second, "sleep", `1`); err != nil || out != `"slept"` {
+		t.Fatalf("after: %s %v", out, err)
+	}
+}
+
+// A plugin that crashes mid-call fails that call, saying so, and is
+// started again.
+func TestCrashMidCallRestarts(t *testing.T) {
+	log := &syncBuffer{}
+	p := start(t, "good", log)
+	first := p.current()
+	_, err := call(p, time.Second, "crash", `null`)
+	if err == nil || !strings.Contains(err.Error(), "ended mid-call") || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("crash: %v", err)
+	}
+	waitFor(t, "the restart", func() bool { return restarted(p, first) })
+	if out, err := call(p, time.Second, "echo", `1`); err != nil || out != "1" {
+		t.Fatalf("after the restart: %s %v", out, err)
+	}
+	if !strings.Contains(log.String(), "restarting it") {
+		t.Errorf("the restart is not in the log:\n%s", log)
+	}
+}
+
+// A plugin that ignores its deadline is killed KillGrace later and
+// restarted; meanwhile another plugin answers as usual.
+func TestHungPluginIsKilled(t *testing.T) {
+	log := &syncBuffer{}
+	hung, other := start(t, "good", log), start(t, "other", log)
+	first := hung.current()
+	if _, err := call(hung, 50*time.Millisecond, "hang", `null`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("hang: %v", err)
+	}
+	if out, err := call(other, time.Second, "echo", `2`); err != nil || out != "2" {
+		t.Fatalf("the other plugin while one hangs: %s %v", out, err)
+	}
+	waitFor(t, "the hung plugin killed", func() bool { return strings.Contains(log.String(), "killed") })
+	waitFor(t, "the hung plugin back", func() bool { return restarted(hung, first) })
+	if out, err := call(hung, time.Second, "echo", `3`); err != nil || out != "3" {
+		t.Fatalf("after the kill: %s %v", out, err)
+	}
+}
+
+// What is not a plugin of this protocol is a clear load error.
+func TestLoadErrors(t *testing.T) {
+	for name, want := range map[string]string{
+		"garbage":   "not a JSON-RPC response",
+		"silent":    "no handshake answer within",
+		"wrongname": "a plugin is named after its file",
+	} {
+		cfg := testConfig(&syncBuffer{})
+		cfg.HandshakeTimeout = 300 * time.Millisecond
+		_, err := Start(pluginPath(t, name), cfg)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "plugin "+name) {
+			t.Errorf("%s: %v, want it to say %q", name, err, want)
+		}
+	}
+	if _, err := Start(filepath.Join(t.TempDir(), "missing"), testConfig(&syncBuffer{})); err == nil {
+		t.Error("a missing file started")
+	}
+}
+
+// An answer over the cap fails its call and restarts the plugin.
+func TestHugeAnswerIsCapped(t *testing.T) {
+	p := start(t, "good", &syncBuffer{})
+	first := p.current()
+	if _, err := call(p, 5*time.Second, "huge", `null`); err == nil || !strings.Contains(err.Error(), "an answer over") {
+		t.Fatalf("huge: %v", err)
+	}
+	waitFor(t, "the restart", func() bool { return restarted(p, first) })
+	if out, err := call(p, time.Second, "echo", `4`); err != nil || out != "4" {
+		t.Fatalf("after: %s %v", out, err)
+	}
+}
+
+// Repeated crashes are reported, with the last reason.
+func TestRepeatedCrashesReported(t *testing.T) {
+	p := start(t, "crashy", &syncBuffer{})
+	waitFor(t, "the crash limit", func() bool {
+		err := p.Health()
+		return err != nil && strings.Contains(err.Error(), "crashed 3 times")
+	})
+	if err := p.Health(); !strings.Contains(err.Error(), "exit status 4") {
+		t.Errorf("health %v: want the last exit", err)
+	}
+}
+
+// stderr lines go to the agent's log with the plugin's name; Close stops
+// the process.
+func TestStderrAndClose(t *testing.T) {
+	log := &syncBuffer{}
+	p := start(t, "good", log)
+	if _, err := call(p, time.Second, "complain", `"disk nearly full"`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stderr line in the log", func() bool {
+		return strings.Contains(log.String(), `plugin=good line="disk nearly full"`)
+	})
+	proc := p.current()
+	p.Close()
+	select {
+	case <-proc.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process outlived Close")
+	}
+	if _, err := call(p, time.Second, "echo", `1`); err == nil {
+		t.Fatal("a stopped plugin answered")
+	}
+}
+
+func TestFind(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "good"), []byte("#!/bin/sh\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "notexec"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, "Bad Name"), []byte("#!/bin/sh\n"), 0o755)
+	os.Mkdir(filepath.Join(dir, "adir"), 0o755)
+	found, skipped, err := Find(dir)
+	if err != nil || len(found) != 1 || found["good"] == "" || len(skipped) != 3 {
+		t.Fatalf("found %v, skipped %v, %v", found, skipped, err)
+	}
+	if found, _, err := Find(filepath.Join(dir, "none")); err != nil || len(found) != 0 {
+		t.Fatalf("a missing dir: %v %v", found, err)
+	}
+}

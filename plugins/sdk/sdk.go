@@ -1,0 +1,247 @@
+// Package sdk turns a Go type into a tribe external plugin: an executable
+// that speaks the protocol of package external on its stdin and stdout.
+//
+//	type Hello struct{}
+//
+//	func (Hello) Echo(ctx context.Context, args json.RawMessage) (json.RawMessage, error) { return args, nil }
+//	func (Hello) Greet(ctx context.Context, a struct{ Name string }) (string, error) { return "hello " + a.Name, nil }
+//
+//	func main() { sdk.Main(sdk.Info{Name: "hello", Version: "1.0.0", Kind: "processor"}, Hello{}) }
+//
+// Every exported method of the form func(context.Context, A) (R, error) is
+// a plugin method, named with its first letter in lower case (Echo is
+// "echo"). A is decoded from the call's JSON arguments (json.RawMessage
+// takes them as they are; unknown fields are refused), R is encoded as the
+// result. ctx ends at the call's deadline or when the agent cancels it.
+// Calls run concurrently. What the plugin writes to stderr goes to the
+// agent's log; stdout is the protocol's.
+package sdk
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tribeagent/tribe/plugins/external/wire"
+)
+
+// Info says what the plugin is. Name must be the executable's file name.
+type Info struct {
+	Name    string
+	Version string
+	Kind    string // collector, processor, publisher or action
+}
+
+// Main serves impl on stdin and stdout and exits: 0 when the agent stops
+// it, 1 (saying why on stderr) if impl is not a plugin.
+func Main(info Info, impl any) {
+	if err := Serve(info, impl, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+type method func(ctx context.Context, args json.RawMessage) (any, error)
+
+var (
+	ctxType = reflect.TypeFor[context.Context]()
+	errType = reflect.TypeFor[error]()
+)
+
+// methods are impl's plugin methods by name.
+func methods(impl any) (map[string]method, error) {
+	v := reflect.ValueOf(impl)
+	out := map[string]method{}
+	for i := range v.NumMethod() {
+		m, mt := v.Method(i), v.Type().Method(i)
+		t := m.Type()
+		if t.NumIn() != 2 || t.In(0) != ctxType || t.NumOut() != 2 || t.Out(1) != errType {
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(mt.Name)
+		name := string(unicode.ToLower(r)) + mt.Name[size:]
+		argType := t.In(1)
+		out[name] = func(ctx context.Context, args json.RawMessage) (any, error) {
+			a := reflect.New(argType)
+			if len(args) > 0 {
+				d := json.NewDecoder(bytes.NewReader(args))
+				d.DisallowUnknownFields()
+				if err := d.Decode(a.Interface()); err != nil {
+					return nil, fmt.Errorf("arguments of %s: %w", name, err)
+				}
+			}
+			res := m.Call([]reflect.Value{reflect.ValueOf(ctx), a.Elem()})
+			err, _ := res[1].Interface().(error)
+			return res[0].Interface(), err
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("sdk: %T has no method of the form func(context.Context, A) (R, error)", impl)
+	}
+	return out, nil
+}
+
+// request is a message from the agent.
+type request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      *int64          `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// Serve speaks the protocol on in and out until in ends or the agent asks
+// the plugin to shut down; calls still running are cancelled.
+func Serve(info Info, impl any, in io.Reader, out io.Writer) error {
+	ms, err := methods(impl)
+	if err != nil {
+		return err
+	}
+	s := &server{info: info, methods: ms, out: out, running: map[int64]context.CancelFunc{}}
+	defer s.wg.Wait()
+	defer s.cancelAll()
+	br := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			if s.handle(line) {
+				return nil
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+type server struct {
+	info    Info
+	methods map[string]method
+	wmu     sync.Mutex
+	out     io.Writer
+	mu      sync.Mutex
+	running map[int64]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// handle acts on one request; it reports whether to stop.
+func (s *server) handle(line []byte) (stop bool) {
+	var req request
+	if err := json.Unmarshal(line, &req); err != nil || req.JSONRPC != "2.0" {
+		fmt.Fprintf(os.Stderr, "sdk: not a JSON-RPC 2.0 request: %q\n", line)
+		return false
+	}
+	switch req.Method {
+	case wire.MethodHandshake:
+		names := make([]string, 0, len(s.methods))
+		for n := range s.methods {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		s.answer(req.ID, wire.Info{Protocol: wire.Protocol, Name: s.info.Name, Version: s.info.Version,
+			Kind: s.info.Kind, Methods: names}, nil)
+	case wire.MethodCall:
+		var p wire.CallParams
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			s.answer(req.ID, nil, fmt.Errorf("call params: %w", err))
+			return false
+		}
+		m, ok := s.methods[p.Method]
+		if !ok || req.ID == nil {
+			s.answer(req.ID, nil, fmt.Errorf("no method %q", p.Method))
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(max(p.TimeoutMS, 1))*time.Millisecond)
+		s.mu.Lock()
+		s.running[*req.ID] = cancel
+		s.mu.Unlock()
+		s.wg.Go(func() {
+			res, err := s.call(ctx, m, p.Args)
+			s.mu.Lock()
+			delete(s.running, *req.ID)
+			s.mu.Unlock()
+			cancel()
+			s.answer(req.ID, res, err)
+		})
+	case wire.MethodCancel:
+		var p wire.CancelParams
+		if json.Unmarshal(req.Params, &p) == nil {
+			s.mu.Lock()
+			if cancel, ok := s.running[p.ID]; ok {
+				cancel()
+			}
+			s.mu.Unlock()
+		}
+	case wire.MethodShutdown:
+		s.cancelAll()
+		s.wg.Wait()
+		s.answer(req.ID, nil, nil)
+		return true
+	default:
+		s.answer(req.ID, nil, fmt.Errorf("unknown method %q", req.Method))
+	}
+	return false
+}
+
+// call runs one method, a panic included.
+func (s *server) call(ctx context.Context, m method, args json.RawMessage) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the method panicked: %v", r)
+		}
+	}()
+	return m(ctx, args)
+}
+
+func (s *server) cancelAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cancel := range s.running {
+		cancel()
+	}
+}
+
+// answer writes the response to a request with an id.
+func (s *server) answer(id *int64, res any, err error) {
+	if id == nil {
+		return
+	}
+	resp := map[string]any{"jsonrpc": "2.0", "id": *id}
+	if err != nil {
+		e := map[string]any{"code": 1, "message": err.Error()}
+		if res != nil {
+			if b, merr := json.Marshal(res); merr == nil && string(b) != "null" {
+				e["data"] = json.RawMessage(b)
+			}
+		}
+		resp["error"] = e
+	} else {
+		b, merr := json.Marshal(res)
+		if merr != nil {
+			resp["error"] = map[string]any{"code": 1, "message": "encoding the result: " + merr.Error()}
+		} else {
+			resp["result"] = json.RawMessage(b)
+		}
+	}
+	b, merr := json.Marshal(resp)
+	if merr != nil {
+		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": *id, "error": map[string]any{"code": 1, "message": errors.Join(merr).Error()}})
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.out.Write(append(b, '\n'))
+}

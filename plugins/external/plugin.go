@@ -231,7 +231,7 @@ func (p *Plugin) Call(ctx context.Context, method string, args json.RawMessage) 
 	}
 	// Whole milliseconds, rounded up: the plugin's deadline never comes
 	// before the caller's.
-	id, ch, err := proc.send(wire.MethodCall, wire.CallParams{Method: method, Args: args, TimeoutMS: max((timeout+time.Millisecond-1).Milliseconds(), 1)}, true)
+	id, ch, err := proc.send(wire.MethodCall, wire.CallParams{Method: method, Args: args, TimeoutMS: max((timeout + time.Millisecond - 1).Milliseconds(), 1)}, true)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: %w", p.file, err)
 	}

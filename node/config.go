@@ -112,6 +112,10 @@ type Config struct {
 	// Exec is this host's command table for the exec plugin: callers can
 	// run these commands by name and nothing else (unless AllowAny).
 	Exec plugins.ExecConfig
+	// PluginDir holds external plugins: each executable in it whose name
+	// is a plugin name is a plugin this host can load. Empty means
+	// <DataDir>/plugins.
+	PluginDir string
 	// FileDir is where the file plugin writes; empty means
 	// <DataDir>/files.
 	FileDir string

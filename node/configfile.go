@@ -32,6 +32,7 @@ type FileConfig struct {
 		AllowAny bool                       `yaml:"allow_any"`
 	} `yaml:"exec"`
 	FileDir      *string `yaml:"file_dir"`
+	PluginDir    *string `yaml:"plugin_dir"`
 	FileMaxBytes *int64  `yaml:"file_max_bytes"`
 	LogLevel     *string `yaml:"log_level"`
 	LogFormat    *string `yaml:"log_format"`
@@ -76,6 +77,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 		cfg.Exec = plugins.ExecConfig{Commands: f.Exec.Commands, AllowAny: f.Exec.AllowAny}
 	}
 	set(&cfg.FileDir, f.FileDir)
+	set(&cfg.PluginDir, f.PluginDir)
 	set(&cfg.FileMaxBytes, f.FileMaxBytes)
 	set(&cfg.LogLevel, f.LogLevel)
 	set(&cfg.LogFormat, f.LogFormat)

@@ -38,9 +38,6 @@ func (n *Node) SubmitJob(ctx context.Context, req api.JobRequest) (api.Job, erro
 	if err := (plugins.Request{Plugin: req.Plugin, Method: req.Method}).Check(); err != nil {
 		return api.Job{}, api.BadRequest(errors.New(strings.TrimPrefix(err.Error(), "plugins: ")))
 	}
-	if !n.registry.Has(req.Plugin) {
-		return api.Job{}, api.BadRequest(fmt.Errorf("unknown plugin %q (this agent has %v)", req.Plugin, n.registry.Names()))
-	}
 	if len(req.Args) > 0 && !json.Valid(req.Args) {
 		return api.Job{}, api.BadRequest(errors.New("the arguments are not valid JSON"))
 	}

@@ -222,6 +222,9 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if deps.Plugins == nil {
+		n.registerLocalPlugins()
+	}
 	if n.now == nil {
 		n.now = time.Now
 	}

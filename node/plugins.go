@@ -36,6 +36,9 @@ type pluginRecord struct {
 type pluginStatus struct {
 	Version string `json:"version,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Source is where the plugin came from: builtin, local (the plugin
+	// dir).
+	Source string `json:"source,omitempty"`
 }
 
 // ErrUnknownPluginLoad is returned when unloading a plugin not loaded in
@@ -59,8 +62,10 @@ type pluginSet struct {
 	loaded map[string]*loadedPlugin
 }
 
-// status is the plugins part of the node's record.
-func (s *pluginSet) status() map[string]pluginStatus {
+// status is the plugins part of the node's record; source says where a
+// plugin came from. A loaded plugin that can tell its health (an external
+// one that keeps crashing) is an error while it is unwell.
+func (s *pluginSet) status(source func(name string) string) map[string]pluginStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.loaded) == 0 {
@@ -68,11 +73,19 @@ func (s *pluginSet) status() map[string]pluginStatus {
 	}
 	out := map[string]pluginStatus{}
 	for k, l := range s.loaded {
+		_, name, _ := strings.Cut(k, "/")
+		st := pluginStatus{Source: source(name)}
 		if l.err != nil {
-			out[k] = pluginStatus{Error: l.err.Error()}
+			st.Error = l.err.Error()
 		} else {
-			out[k] = pluginStatus{Version: l.inst.Version()}
+			st.Version = l.inst.Version()
+			if h, ok := l.inst.Plugin.(interface{ Health() error }); ok {
+				if err := h.Health(); err != nil {
+					st.Error = err.Error()
+				}
+			}
 		}
+		out[k] = st
 	}
 	return out
 }
@@ -341,11 +354,17 @@ func (n *Node) LoadPlugin(ctx context.Context, name, tribe string, req api.LoadR
 	if _, ok := n.tribes()[tribe]; !ok {
 		return api.Plugin{}, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, tribe))
 	}
-	inst, err := n.registry.Load(name, tribe, config)
-	if err != nil {
-		return api.Plugin{}, api.BadRequest(err)
+	// A built-in's config is checked here, as every member will. An
+	// external plugin is on the members that installed it, not
+	// necessarily here: each member says in `plugin list` whether it
+	// has it.
+	if n.registry.Source(name) == plugins.SourceBuiltin {
+		inst, err := n.registry.Load(name, tribe, config)
+		if err != nil {
+			return api.Plugin{}, api.BadRequest(err)
+		}
+		inst.Close()
 	}
-	inst.Close()
 	b, _ := json.Marshal(pluginRecord{Config: config, Callers: grant})
 	if _, err := n.replica.Put(ctx, pluginKey(tribe, name), b); err != nil {
 		return api.Plugin{}, writeErr(err)
@@ -403,7 +422,7 @@ func (n *Node) pluginEntry(tribe, name string, rec pluginRecord, v *tribeView, r
 		nrec := recs[id]
 		pn := api.PluginNode{ID: id.String(), Name: nrec.Name, State: "pending"}
 		if st, ok := nrec.Plugins[tribe+"/"+name]; ok {
-			pn.Version, pn.Error, pn.State = st.Version, st.Error, "loaded"
+			pn.Version, pn.Error, pn.State, pn.Source = st.Version, st.Error, "loaded", st.Source
 			if st.Error != "" {
 				pn.State = "error"
 			}

@@ -114,13 +114,30 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "d to see tribe t", func() bool { _, ok := d.tribes()["t"]; return ok })
-	// Only trusted writers load plugins; unknown plugins and bad config
-	// are refused before anything is written.
+	// Only trusted writers load plugins; a built-in's bad config is
+	// refused before anything is written. A plugin the writer does not
+	// have may be one the members installed (external): it is written,
+	// and each member that lacks it says so.
 	if _, err := d.LoadPlugin(ctx, "echo", "t", api.LoadRequest{}); err == nil || !strings.Contains(err.Error(), "trusted writer") {
 		t.Fatalf("untrusted load: %v", err)
 	}
-	if _, err := admin.LoadPlugin(ctx, "nosuch", "t", api.LoadRequest{}); err == nil || !strings.Contains(err.Error(), "unknown plugin") {
-		t.Fatalf("unknown plugin: %v", err)
+	if _, err := admin.LoadPlugin(ctx, "nosuch", "t", api.LoadRequest{}); err != nil {
+		t.Fatalf("a plugin the writer lacks: %v", err)
+	}
+	waitFor(t, "b and c to say they lack it", func() bool {
+		ps, _ := admin.Plugins(ctx, "t")
+		lack := 0
+		for _, p := range ps {
+			for _, pn := range p.Nodes {
+				if p.Name == "nosuch" && pn.State == "error" && strings.Contains(pn.Error, "unknown plugin") {
+					lack++
+				}
+			}
+		}
+		return lack == 2
+	})
+	if _, err := admin.UnloadPlugin(ctx, "nosuch", "t"); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := admin.LoadPlugin(ctx, "echo", "t", api.LoadRequest{Config: map[string]string{"colour": "red"}}); err == nil || !strings.Contains(err.Error(), "colour") {
 		t.Fatalf("bad config: %v", err)
@@ -189,7 +206,7 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	if _, err := admin.UnloadPlugin(ctx, "echo", "t"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "c to drop the failed load", func() bool { return c.plugins.status() == nil })
+	waitFor(t, "c to drop the failed load", func() bool { return c.plugins.status(c.registry.Source) == nil })
 	if _, err := admin.UnloadPlugin(ctx, "echo", "t"); err == nil {
 		t.Fatal("unloading twice succeeded")
 	}
@@ -199,6 +216,6 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "c to report the unreadable entry", func() bool {
-		return strings.Contains(c.plugins.status()["t/sys"].Error, "unreadable plugin entry")
+		return strings.Contains(c.plugins.status(c.registry.Source)["t/sys"].Error, "unreadable plugin entry")
 	})
 }

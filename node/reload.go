@@ -77,6 +77,7 @@ var (
 		{"auto_admit", func(c Config) any { return c.AutoAdmit }},
 		{"target_peers", func(c Config) any { return c.TargetPeers }},
 		{"file_dir", func(c Config) any { return c.FileDir }},
+		{"plugin_dir", func(c Config) any { return c.PluginDir }},
 		{"file_max_bytes", func(c Config) any { return c.FileMaxBytes }},
 		{"log_format", func(c Config) any { return c.LogFormat }},
 		{"metrics_addr", func(c Config) any { return c.MetricsAddr }},

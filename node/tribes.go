@@ -105,7 +105,7 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 		return nil, fmt.Errorf("node: encode facts: %w", err)
 	}
 	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: fb,
-		Plugins: n.plugins.status(), Tasks: n.tasks.statuses(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
+		Plugins: n.plugins.status(n.registry.Source), Tasks: n.tasks.statuses(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("node: encode own record: %w", err)

@@ -61,19 +61,34 @@ type Factory func(config map[string]string) (Plugin, error)
 // the node starts and only read afterwards, so it needs no lock.
 type Registry struct {
 	factories map[string]Factory
+	sources   map[string]string
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{factories: map[string]Factory{}} }
+func NewRegistry() *Registry {
+	return &Registry{factories: map[string]Factory{}, sources: map[string]string{}}
+}
 
-// Register adds a plugin; a second registration under the same name is a
-// programming error.
-func (r *Registry) Register(name string, f Factory) {
+// Register adds a built-in plugin; a second registration under the same
+// name is a programming error.
+func (r *Registry) Register(name string, f Factory) { r.RegisterFrom(name, SourceBuiltin, f) }
+
+// Where a plugin came from (Registry.Source).
+const (
+	SourceBuiltin = "builtin" // compiled into the agent
+	SourceLocal   = "local"   // an executable in the host's plugin dir
+)
+
+// RegisterFrom adds a plugin that came from source.
+func (r *Registry) RegisterFrom(name, source string, f Factory) {
 	if _, dup := r.factories[name]; dup {
 		panic("plugins: " + name + " registered twice")
 	}
-	r.factories[name] = f
+	r.factories[name], r.sources[name] = f, source
 }
+
+// Source is where plugin name came from ("" if it is not registered).
+func (r *Registry) Source(name string) string { return r.sources[name] }
 
 // Names lists the registered plugins, sorted.
 func (r *Registry) Names() []string { return slices.Sorted(maps.Keys(r.factories)) }

@@ -35,17 +35,17 @@ func pluginCommand() *cli.Command {
 						return printJSON(c.App.Writer, ps)
 					}
 					tw := table(c.App.Writer)
-					fmt.Fprintln(tw, "TRIBE\tPLUGIN\tCALLERS\tNODE\tSTATE\tVERSION\tERROR")
+					fmt.Fprintln(tw, "TRIBE\tPLUGIN\tCALLERS\tNODE\tSTATE\tSOURCE\tVERSION\tERROR")
 					for _, p := range ps {
 						callers := "trusted"
 						if len(p.Callers) > 0 {
 							callers += "," + strings.Join(p.Callers, ",")
 						}
 						if len(p.Nodes) == 0 {
-							fmt.Fprintf(tw, "%s\t%s\t%s\t-\tno members\t\t\n", p.Tribe, p.Name, callers)
+							fmt.Fprintf(tw, "%s\t%s\t%s\t-\tno members\t\t\t\n", p.Tribe, p.Name, callers)
 						}
 						for _, n := range p.Nodes {
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Tribe, p.Name, callers, n.Name, n.State, n.Version, n.Error)
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Tribe, p.Name, callers, n.Name, n.State, n.Source, n.Version, n.Error)
 						}
 					}
 					return tw.Flush()

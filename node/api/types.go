@@ -146,6 +146,9 @@ type PluginNode struct {
 	State   string `json:"state"`
 	Version string `json:"version,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Source is where the member's copy came from: builtin, local (its
+	// plugin dir).
+	Source string `json:"source,omitempty"`
 }
 
 // LoadRequest is `tribe plugin load`: the plugin's config and who besides

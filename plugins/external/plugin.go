@@ -36,6 +36,10 @@ type Config struct {
 	// error (Health) until it stays up.
 	CrashLimit  int
 	CrashWindow time.Duration
+	// OnChange, if set, is called when what Health says may have changed:
+	// the process ended or started again, or a crash aged out of the
+	// window. The node then says in its record how the plugin is.
+	OnChange func()
 }
 
 func (c Config) withDefaults() Config {
@@ -58,6 +62,9 @@ func (c Config) withDefaults() Config {
 	def(&c.CrashWindow, time.Minute)
 	if c.CrashLimit <= 0 {
 		c.CrashLimit = 5
+	}
+	if c.OnChange == nil {
+		c.OnChange = func() {}
 	}
 	return c
 }
@@ -132,6 +139,7 @@ func (p *Plugin) supervise(proc *process) {
 			p.mu.Unlock()
 			wait := min(p.cfg.BackoffMin<<min(recent-1, 20), p.cfg.BackoffMax)
 			p.cfg.Log.Warn("plugin ended; restarting it", "plugin", p.file, "err", err, "in", wait, "crashes", recent)
+			p.cfg.OnChange()
 			select {
 			case <-time.After(wait):
 			case <-p.stop:
@@ -150,6 +158,9 @@ func (p *Plugin) supervise(proc *process) {
 			}
 			p.proc, p.info = next, info
 			p.mu.Unlock()
+			p.cfg.OnChange()
+			// Its crashes age out of the window: say so then.
+			time.AfterFunc(p.cfg.CrashWindow, p.cfg.OnChange)
 			proc = next
 			break
 		}
@@ -174,8 +185,10 @@ func (p *Plugin) current() *process {
 	return p.proc
 }
 
-// Health is nil while the plugin runs, or why it does not: it ended and
-// is being restarted, or it crashed CrashLimit times inside CrashWindow.
+// Health is nil unless the plugin crashed CrashLimit times inside
+// CrashWindow (then it says so, with the last reason) or was stopped. A
+// plugin that ended once and is being restarted is healthy: its calls
+// meanwhile fail saying why.
 func (p *Plugin) Health() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -185,8 +198,6 @@ func (p *Plugin) Health() error {
 		return errors.New("stopped")
 	case n >= p.cfg.CrashLimit:
 		return fmt.Errorf("crashed %d times in %v, last: %v", n, p.cfg.CrashWindow, p.last)
-	case p.proc == nil:
-		return fmt.Errorf("restarting after it ended: %v", p.last)
 	}
 	return nil
 }
@@ -223,7 +234,13 @@ func (p *Plugin) Call(ctx context.Context, method string, args json.RawMessage) 
 	case closed:
 		return nil, fmt.Errorf("plugin %s is stopped", p.file)
 	case proc == nil:
-		return nil, fmt.Errorf("plugin %s is down: %w", p.file, p.Health())
+		p.mu.Lock()
+		last := p.last
+		p.mu.Unlock()
+		if err := p.Health(); err != nil {
+			return nil, fmt.Errorf("plugin %s is down: %w", p.file, err)
+		}
+		return nil, fmt.Errorf("plugin %s is restarting after it ended: %w", p.file, last)
 	}
 	timeout := plugins.DefaultTimeout
 	if dl, ok := ctx.Deadline(); ok {

@@ -86,7 +86,9 @@ func fakePlugin(name string) {
 }
 
 // plugin links name to the test binary in a temp dir and returns its path.
-func pluginPath(t *testing.T, name string) string {
+func pluginPath(t *testing.T, name string) string { return pluginPathB(t, name) }
+
+func pluginPathB(t testing.TB, name string) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -46,11 +47,20 @@ type Info struct {
 // Main serves impl on stdin and stdout and exits: 0 when the agent stops
 // it, 1 (saying why on stderr) if impl is not a plugin.
 func Main(info Info, impl any) {
-	if err := Serve(info, impl, os.Stdin, os.Stdout); err != nil {
+	if err := Serve(info, impl, pollable(0, "stdin"), pollable(1, "stdout")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// pollable is fd as a file Go's poller waits on: the goroutine that reads
+// requests then parks instead of holding a thread in a blocking read.
+func pollable(fd int, name string) *os.File {
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return os.NewFile(uintptr(fd), name)
+	}
+	return os.NewFile(uintptr(fd), name)
 }
 
 type method func(ctx context.Context, args json.RawMessage) (any, error)

@@ -1,0 +1,106 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/external"
+)
+
+// BenchmarkExternalVsBuiltinCall: the price of the process boundary. Two
+// real nodes on loopback; a calls b, one call at a time, with 100 bytes
+// of arguments: the built-in echo against the example plugins hello (Go,
+// the SDK) and pyecho (Python 3), alternated in one run. Target: an
+// external call at most 1.5x the built-in's. Also how long a plugin takes
+// to start (process and handshake), the median of 10.
+func BenchmarkExternalVsBuiltinCall(b *testing.B) {
+	dir := b.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "hello"), "../plugins/examples/hello")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("building the example plugin hello: %v\n%s", err, out)
+	}
+	names := []string{"echo", "hello"}
+	if _, err := exec.LookPath("python3"); err == nil {
+		src, err := os.ReadFile("../plugins/examples/pyecho/pyecho")
+		if err != nil {
+			b.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "pyecho"), src, 0o755)
+		names = append(names, "pyecho")
+	} else {
+		b.Log("python3 is not installed: pyecho is left out")
+	}
+	a := startNode(b, loopbackConfig(b, "a"))
+	cb := loopbackConfig(b, "b")
+	cb.Join, cb.PluginDir = []string{tcpAddr(a)}, dir
+	bn := startNode(b, cb)
+	ctx := context.Background()
+	waitFor(b, "a and b to know each other", func() bool { return len(a.nodeRecords()) == 2 && len(bn.nodeRecords()) == 2 })
+	if _, err := a.CreateTribe(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.Join(ctx, "bench", []string{"b"}); err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range names {
+		if _, err := a.LoadPlugin(ctx, name, "bench", api.LoadRequest{}); err != nil {
+			b.Fatal(err)
+		}
+		waitFor(b, "b to load "+name, func() bool { _, ok := bn.plugins.get("bench", name); return ok })
+	}
+	waitFor(b, "b a member on a", func() bool { return a.isMember("bench", bn.ID()) })
+	args := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`)
+	call := func(plugin string) time.Duration {
+		start := time.Now()
+		r := plugins.Call(ctx, a.host, bn.ID(), plugins.Request{ID: "x", Tribe: "bench", Plugin: plugin, Method: "echo", Args: args})
+		if !r.OK || string(r.Result) != string(args) {
+			b.Fatalf("%s: %+v", plugin, r)
+		}
+		return time.Since(start)
+	}
+	const seq = 300
+	lat := map[string]time.Duration{}
+	for _, name := range names { // warm up
+		for range seq {
+			call(name)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		for range seq {
+			for _, name := range names {
+				lat[name] += call(name)
+			}
+		}
+	}
+	b.StopTimer()
+	per := func(name string) float64 { return float64(lat[name].Microseconds()) / float64(seq*b.N) }
+	b.ReportMetric(per("echo"), "builtin_us")
+	for _, name := range names[1:] {
+		b.ReportMetric(per(name), name+"_us")
+		b.ReportMetric(per(name)/per("echo"), name+"/builtin")
+	}
+	for _, name := range names[1:] {
+		var starts []time.Duration
+		for range 10 {
+			t0 := time.Now()
+			p, err := external.Start(filepath.Join(dir, name), external.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			starts = append(starts, time.Since(t0))
+			p.Close()
+		}
+		slices.Sort(starts)
+		b.ReportMetric(float64(starts[len(starts)/2].Microseconds())/1000, name+"_start_ms")
+	}
+}

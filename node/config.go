@@ -112,6 +112,10 @@ type Config struct {
 	// Exec is this host's command table for the exec plugin: callers can
 	// run these commands by name and nothing else (unless AllowAny).
 	Exec plugins.ExecConfig
+	// AcceptPlugins is "trusted" to fetch, install and run the plugins
+	// trusted writers share (`tribe plugin add`); empty (the default)
+	// runs only what this host installed itself.
+	AcceptPlugins string
 	// PluginDir holds external plugins: each executable in it whose name
 	// is a plugin name is a plugin this host can load. Empty means
 	// <DataDir>/plugins.
@@ -179,6 +183,12 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.DataDir == "" {
 		bad("data dir is empty")
+	}
+	switch {
+	case c.AcceptPlugins != "" && c.AcceptPlugins != AcceptTrusted:
+		bad("accept plugins %q: %q or nothing", c.AcceptPlugins, AcceptTrusted)
+	case c.AcceptPlugins != "" && len(c.Trusted) == 0:
+		bad("accept plugins %q needs trusted writers (--trusted): with none, every peer that can connect could send this host code to run", c.AcceptPlugins)
 	}
 	if !clusterRE.MatchString(c.Cluster) {
 		bad("cluster %q: use 1 to 32 lower-case letters, digits and dashes, starting with a letter or digit", c.Cluster)

@@ -55,6 +55,11 @@ func TestValidate(t *testing.T) {
 			c.ListenAddrs = []string{"/ip4/0.0.0.0/tcp/4001"}
 		}, ""},
 		{"zero target", func(c *Config) { c.TargetPeers = 0 }, "target peers"},
+		{"accept plugins from anyone", func(c *Config) { c.AcceptPlugins = AcceptTrusted }, "needs trusted writers"},
+		{"accept plugins, unknown value", func(c *Config) { c.AcceptPlugins = "all" }, "accept plugins"},
+		{"accept plugins from trusted writers", func(c *Config) {
+			c.AcceptPlugins, c.Trusted = AcceptTrusted, []string{"12D3KooWJveGj4FtLxPTCvQzyzUweLC22uto2brEtE4pTkK6xNCj"}
+		}, ""},
 		{"water marks", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "water marks"},
 		{"backoff order", func(c *Config) { c.BackoffMax = c.BackoffMin / 2 }, "maximum backoff"},
 		{"zero interval", func(c *Config) { c.DiscoveryInterval = 0 }, "discovery interval"},

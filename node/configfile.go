@@ -31,11 +31,12 @@ type FileConfig struct {
 		Commands map[string]plugins.Command `yaml:"commands"`
 		AllowAny bool                       `yaml:"allow_any"`
 	} `yaml:"exec"`
-	FileDir      *string `yaml:"file_dir"`
-	PluginDir    *string `yaml:"plugin_dir"`
-	FileMaxBytes *int64  `yaml:"file_max_bytes"`
-	LogLevel     *string `yaml:"log_level"`
-	LogFormat    *string `yaml:"log_format"`
+	FileDir       *string `yaml:"file_dir"`
+	PluginDir     *string `yaml:"plugin_dir"`
+	AcceptPlugins *string `yaml:"accept_plugins"`
+	FileMaxBytes  *int64  `yaml:"file_max_bytes"`
+	LogLevel      *string `yaml:"log_level"`
+	LogFormat     *string `yaml:"log_format"`
 	// ReconnectTimeout is a Go duration ("72h", "30m").
 	ReconnectTimeout *time.Duration `yaml:"reconnect_timeout"`
 	MetricsAddr      *string        `yaml:"metrics_addr"`
@@ -78,6 +79,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	}
 	set(&cfg.FileDir, f.FileDir)
 	set(&cfg.PluginDir, f.PluginDir)
+	set(&cfg.AcceptPlugins, f.AcceptPlugins)
 	set(&cfg.FileMaxBytes, f.FileMaxBytes)
 	set(&cfg.LogLevel, f.LogLevel)
 	set(&cfg.LogFormat, f.LogFormat)

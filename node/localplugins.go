@@ -2,6 +2,7 @@ package node
 
 import (
 	"path/filepath"
+	"strings"
 
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external"
@@ -27,21 +28,28 @@ func (n *Node) registerLocalPlugins() {
 		return
 	}
 	for _, err := range skipped {
-		n.log.Warn("not a plugin; skipped", "err", err)
+		if !strings.HasPrefix(err.Error(), filepath.Join(dir, "shared")+":") { // the shared store
+			n.log.Warn("not a plugin; skipped", "err", err)
+		}
 	}
 	for name, path := range found {
 		if n.registry.Has(name) {
 			n.log.Warn("an external plugin has the name of a built-in; skipped", "plugin", name, "path", path)
 			continue
 		}
-		cfg := external.Config{Log: n.log, OnChange: func() {
-			if n.ctx != nil && n.ctx.Err() == nil {
-				n.spawn(n.publishPluginStates)
-			}
-		}}
-		n.registry.RegisterFrom(name, plugins.SourceLocal, external.Factory(path, cfg))
+		n.registry.RegisterFrom(name, plugins.SourceLocal, external.Factory(path, n.externalConfig()))
 		n.log.Info("external plugin found", "plugin", name, "path", path)
 	}
+}
+
+// externalConfig is how this node runs an external plugin: its log, and
+// a change in the plugin's health said in the node's record.
+func (n *Node) externalConfig() external.Config {
+	return external.Config{Log: n.log, OnChange: func() {
+		if n.ctx != nil && n.ctx.Err() == nil {
+			n.spawn(n.publishPluginStates)
+		}
+	}}
 }
 
 // publishPluginStates says in this node's record how its plugins are, if

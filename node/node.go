@@ -157,6 +157,7 @@ type Node struct {
 	reconcileCh  chan struct{}
 
 	registry *plugins.Registry
+	sharing  sharing // plugins trusted writers share (sharedplugins.go)
 	plugins  pluginSet
 	tasks    taskSet
 	jobs     jobSet

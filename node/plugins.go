@@ -29,6 +29,9 @@ type pluginRecord struct {
 	// authority): "members", "tribe:NAME", "admitted". None: trusted
 	// writers only.
 	Callers authority.Grant `json:"callers,omitempty"`
+	// Binary, for a plugin a trusted writer shared (`plugin add`), is the
+	// executable members that take shared plugins fetch and run.
+	Binary *sharedBinary `json:"binary,omitempty"`
 }
 
 // pluginStatus is what a node says, in its own record, of each plugin it
@@ -37,7 +40,7 @@ type pluginStatus struct {
 	Version string `json:"version,omitempty"`
 	Error   string `json:"error,omitempty"`
 	// Source is where the plugin came from: builtin, local (the plugin
-	// dir).
+	// dir), shared sha256:<hex> (sent by a trusted writer).
 	Source string `json:"source,omitempty"`
 }
 
@@ -54,6 +57,10 @@ type loadedPlugin struct {
 	err    error
 	// unreadable: err is about the entry itself, not this host's plugin
 	unreadable bool
+	// shared is the binary a trusted writer shared, if it is one; retry
+	// says its fetch ended, so loading it again may do better.
+	shared *sharedBinary
+	retry  bool
 }
 
 // pluginSet is the node's loaded plugins by "<tribe>/<plugin>".
@@ -75,6 +82,9 @@ func (s *pluginSet) status(source func(name string) string) map[string]pluginSta
 	for k, l := range s.loaded {
 		_, name, _ := strings.Cut(k, "/")
 		st := pluginStatus{Source: source(name)}
+		if l.shared != nil {
+			st.Source = l.shared.source()
+		}
 		if l.err != nil {
 			st.Error = l.err.Error()
 		} else {
@@ -142,6 +152,8 @@ func (n *Node) pluginLoop() {
 	defer n.replica.Watch(authority.AdmittedPrefix+n.host.ID().String(), poke)()
 	defer n.replica.Watch(policiesPrefix, poke)()
 	defer n.replica.Watch(nodesPrefix+n.host.ID().String(), poke)()
+	n.host.SetStreamHandler(PluginFetchProtocol, n.serveSharedPlugin)
+	defer n.host.RemoveStreamHandler(PluginFetchProtocol)
 	poke(gossip.Change{})
 	for {
 		select {
@@ -176,6 +188,7 @@ func (n *Node) pokePlugins() {
 // cannot be read (then it is reported as a load error, not skipped).
 type wantedPlugin struct {
 	config map[string]string
+	binary *sharedBinary
 	err    error
 }
 
@@ -194,7 +207,7 @@ func (n *Node) wantedPlugins() map[string]wantedPlugin {
 		if err := json.Unmarshal(e.Value, &rec); err != nil {
 			w.err = fmt.Errorf("unreadable plugin entry: %w", err)
 		}
-		w.config = rec.Config
+		w.config, w.binary = rec.Config, rec.Binary
 		want[segs[1]+"/"+segs[3]] = w
 	}
 	return want
@@ -231,7 +244,8 @@ func (n *Node) syncPlugins() bool {
 	defer s.mu.Unlock()
 	changed := false
 	for k, l := range s.loaded {
-		if w, ok := want[k]; ok && maps.Equal(w.config, l.config) && (w.err != nil) == l.unreadable {
+		if w, ok := want[k]; ok && maps.Equal(w.config, l.config) && (w.err != nil) == l.unreadable &&
+			sameBinary(w.binary, l.shared) && !l.retry {
 			continue // the same entry gives the same outcome
 		}
 		if l.inst != nil {
@@ -246,8 +260,13 @@ func (n *Node) syncPlugins() bool {
 			continue
 		}
 		tribe, name, _ := strings.Cut(k, "/")
-		l := &loadedPlugin{config: want[k].config, err: want[k].err, unreadable: want[k].err != nil}
-		if l.err == nil {
+		w := want[k]
+		l := &loadedPlugin{config: w.config, err: w.err, unreadable: w.err != nil, shared: w.binary}
+		switch {
+		case l.err != nil:
+		case w.binary != nil:
+			l.inst, l.err = n.loadShared(name, tribe, l.config, w.binary)
+		default:
 			l.inst, l.err = n.registry.Load(name, tribe, l.config)
 		}
 		s.loaded[k] = l
@@ -259,6 +278,10 @@ func (n *Node) syncPlugins() bool {
 		}
 	}
 	return changed
+}
+
+func sameBinary(a, b *sharedBinary) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // isMember reports whether id is a member of tribe that counts, by hand
@@ -358,18 +381,28 @@ func (n *Node) LoadPlugin(ctx context.Context, name, tribe string, req api.LoadR
 	// external plugin is on the members that installed it, not
 	// necessarily here: each member says in `plugin list` whether it
 	// has it.
-	if n.registry.Source(name) == plugins.SourceBuiltin {
+	rec := pluginRecord{Config: config, Callers: grant}
+	switch {
+	case req.File != "" && n.registry.Source(name) == plugins.SourceBuiltin:
+		return api.Plugin{}, api.BadRequest(fmt.Errorf("%s is a built-in plugin's name: name the file otherwise", name))
+	case req.File != "":
+		b, err := n.addShared(name, req.File)
+		if err != nil {
+			return api.Plugin{}, err
+		}
+		rec.Binary = b
+	case n.registry.Source(name) == plugins.SourceBuiltin:
 		inst, err := n.registry.Load(name, tribe, config)
 		if err != nil {
 			return api.Plugin{}, api.BadRequest(err)
 		}
 		inst.Close()
 	}
-	b, _ := json.Marshal(pluginRecord{Config: config, Callers: grant})
+	b, _ := json.Marshal(rec)
 	if _, err := n.replica.Put(ctx, pluginKey(tribe, name), b); err != nil {
 		return api.Plugin{}, writeErr(err)
 	}
-	return n.pluginView(tribe, name, pluginRecord{Config: config, Callers: grant}), nil
+	return n.pluginView(tribe, name, rec), nil
 }
 
 // UnloadPlugin implements api.Agent.

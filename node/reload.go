@@ -78,6 +78,7 @@ var (
 		{"target_peers", func(c Config) any { return c.TargetPeers }},
 		{"file_dir", func(c Config) any { return c.FileDir }},
 		{"plugin_dir", func(c Config) any { return c.PluginDir }},
+		{"accept_plugins", func(c Config) any { return c.AcceptPlugins }},
 		{"file_max_bytes", func(c Config) any { return c.FileMaxBytes }},
 		{"log_format", func(c Config) any { return c.LogFormat }},
 		{"metrics_addr", func(c Config) any { return c.MetricsAddr }},

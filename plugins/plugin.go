@@ -77,6 +77,7 @@ func (r *Registry) Register(name string, f Factory) { r.RegisterFrom(name, Sourc
 const (
 	SourceBuiltin = "builtin" // compiled into the agent
 	SourceLocal   = "local"   // an executable in the host's plugin dir
+	SourceShared  = "shared"  // sent by a trusted writer: "shared sha256:<hex>"
 )
 
 // RegisterFrom adds a plugin that came from source.
@@ -120,6 +121,13 @@ func (r *Registry) Load(name, tribe string, config map[string]string) (*Instance
 	if !ok {
 		return nil, fmt.Errorf("%w %q on this host (it has %s)", ErrUnknownPlugin, name, strings.Join(r.Names(), ", "))
 	}
+	return LoadWith(f, name, tribe, config)
+}
+
+// LoadWith builds an instance of plugin name for tribe with f, a plugin
+// the registry does not hold (one shared by a trusted writer), as Load
+// does.
+func LoadWith(f Factory, name, tribe string, config map[string]string) (*Instance, error) {
 	opts := DefaultOptions()
 	rest := maps.Clone(config)
 	if rest == nil {

@@ -35,7 +35,7 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, plugin_dir, file_max_bytes, log_level, log_format, reconnect_timeout, metrics_addr, conns_per_ip, job_queue, job_retention"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, plugin_dir, accept_plugins, file_max_bytes, log_level, log_format, reconnect_timeout, metrics_addr, conns_per_ip, job_queue, job_retention"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text (key=value lines) or json (one object per line)"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
@@ -45,6 +45,7 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 			&cli.StringSliceFlag{Name: "exec", Usage: "NAME=COMMAND the exec plugin may run when asked for NAME, repeatable; COMMAND is split on spaces, no shell (the config file's exec.commands also sets timeouts and output caps)"},
 			&cli.BoolFlag{Name: "exec-any", Usage: "let callers run any command line through the exec plugin, not only the defined ones: a remote shell for every trusted writer and tribe member"},
 			&cli.StringFlag{Name: "file-dir", Usage: "where the file plugin writes (default: <data-dir>/files)"},
+			&cli.StringFlag{Name: "accept-plugins", Usage: "\"trusted\": fetch, check and run the plugins trusted writers share (tribe plugin add); needs --trusted. Default: run only what this host installed"},
 			&cli.StringFlag{Name: "plugin-dir", Usage: "external plugins: each executable here named like a plugin is one this host can load (default: <data-dir>/plugins; see the README, \"Write a plugin\")"},
 			&cli.DurationFlag{Name: "presence-interval", Hidden: true, Usage: "how often the agent announces it is alive (default 10s); a node silent for 3 intervals is suspect, for 6 dead. For tests: short intervals cost every node of the fleet"},
 			&cli.DurationFlag{Name: "reconnect-timeout", Usage: "how long a dead or left node stays in this agent's views (nodes, members, names) after it was last heard from; then it is reaped until it is heard from again", DefaultText: "72h"},
@@ -131,7 +132,7 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	// Flags that replace one setting when given.
 	for flag, dst := range map[string]*string{"name": &cfg.Name, "facts-file": &cfg.FactsFile, "auto-admit": &cfg.AutoAdmit,
-		"swarm-key": &cfg.SwarmKeyFile, "file-dir": &cfg.FileDir, "plugin-dir": &cfg.PluginDir, "metrics-addr": &cfg.MetricsAddr} {
+		"swarm-key": &cfg.SwarmKeyFile, "file-dir": &cfg.FileDir, "plugin-dir": &cfg.PluginDir, "accept-plugins": &cfg.AcceptPlugins, "metrics-addr": &cfg.MetricsAddr} {
 		if c.IsSet(flag) {
 			*dst = c.String(flag)
 		}

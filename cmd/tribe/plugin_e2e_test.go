@@ -128,8 +128,8 @@ func TestCallExecOnATribe(t *testing.T) {
 	if _, stderr, code := tribe("plugin", "load", "exec", "--tribe", "storage", "--data-dir", o4.dir); code != 1 || !strings.Contains(stderr, "trusted writer") {
 		t.Fatalf("untrusted load: exit %d %q", code, stderr)
 	}
-	if _, stderr, code := tribe("plugin", "load", "nosuch", "--tribe", "storage", "--data-dir", admin.dir); code != 1 || !strings.Contains(stderr, "unknown plugin") {
-		t.Fatalf("unknown plugin: exit %d %q", code, stderr)
+	if _, stderr, code := tribe("plugin", "load", "exec", "--tribe", "storage", "--config", "colour=red", "--data-dir", admin.dir); code != 1 || !strings.Contains(stderr, "colour") {
+		t.Fatalf("a built-in's unknown config key: exit %d %q", code, stderr)
 	}
 	if _, stderr, code := tribe("plugin", "load", "exec", "--tribe", "storage", "--data-dir", admin.dir); code != 0 {
 		t.Fatalf("plugin load: %s", stderr)

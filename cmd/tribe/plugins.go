@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -85,6 +86,40 @@ exists, names the tribe and matches the node's facts.`,
 						return printJSON(c.App.Writer, p)
 					}
 					fmt.Fprintf(c.App.Writer, "loading %s on the %d members of %s; see `tribe plugin list --tribe %s`\n", p.Name, len(p.Nodes), p.Tribe, p.Tribe)
+					return nil
+				},
+			},
+			{
+				Name:      "add",
+				Usage:     "share an external plugin's executable with a tribe: members that take shared plugins fetch, check and run it",
+				ArgsUsage: "FILE",
+				Description: `FILE is a plugin executable on this agent's host, named as the plugin (see
+the README, "Write a plugin"). The agent starts it once to check that it
+is one, keeps a copy, and writes the plugin's entry with its version,
+sha256 and size. Each member started with --accept-plugins trusted fetches
+the bytes from a peer that has them, refuses them unless their sha256 is
+the entry's, installs them in its plugin dir (shared/<sha256>/NAME) and
+loads the plugin; every other member reports it "not installed here
+(sharing is off)" and runs nothing. Trusted writers only; --callers as
+for plugin load.`,
+				Flags: []cli.Flag{tribeFlag,
+					&cli.StringSliceFlag{Name: "callers", Usage: "who besides trusted writers may call it: members, tribe:NAME or admitted, repeatable (default: trusted writers only)"}},
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef("plugin add takes one file, the plugin's executable")
+					}
+					file, err := filepath.Abs(c.Args().First())
+					if err != nil {
+						return err
+					}
+					p, err := client(c).LoadPlugin(c.Context, filepath.Base(file), c.String("tribe"), api.LoadRequest{File: file, Callers: c.StringSlice("callers")})
+					if err != nil {
+						return err
+					}
+					if flagBool(c, "json") {
+						return printJSON(c.App.Writer, p)
+					}
+					fmt.Fprintf(c.App.Writer, "sharing %s with the %d members of %s; see `tribe plugin list --tribe %s`\n", p.Name, len(p.Nodes), p.Tribe, p.Tribe)
 					return nil
 				},
 			},

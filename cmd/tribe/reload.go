@@ -19,7 +19,7 @@ the trusted writers (trusted: the state is loaded again under the new list);
 then it collects its facts again and re-evaluates the policies. A file that
 does not parse or validate, or facts that are refused, change nothing and
 the command fails. Settings that differ but need a restart (name, cluster,
-listen, join, mdns, swarm_key, auto_admit, target_peers, file_dir, plugin_dir,
+listen, join, mdns, swarm_key, auto_admit, target_peers, file_dir, plugin_dir, accept_plugins,
 file_max_bytes, log_format, metrics_addr, conns_per_ip) keep their running values and are
 listed.`,
 		Action: func(c *cli.Context) error {

@@ -156,6 +156,10 @@ type PluginNode struct {
 type LoadRequest struct {
 	Config  map[string]string `json:"config"`
 	Callers []string          `json:"callers,omitempty"`
+	// File, for `plugin add`, is the absolute path of an external
+	// plugin's executable on the agent's host, to share with the tribe's
+	// members that take shared plugins.
+	File string `json:"file,omitempty"`
 }
 
 // CallRequest is `tribe call`: the targets are every member of each

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -37,7 +38,8 @@ import (
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
 
-// Info says what the plugin is. Name must be the executable's file name.
+// Info says what the plugin is. Name must be the executable's file name;
+// empty, it is that name (so one binary can be installed under another).
 type Info struct {
 	Name    string
 	Version string
@@ -47,6 +49,9 @@ type Info struct {
 // Main serves impl on stdin and stdout and exits: 0 when the agent stops
 // it, 1 (saying why on stderr) if impl is not a plugin.
 func Main(info Info, impl any) {
+	if info.Name == "" {
+		info.Name = filepath.Base(os.Args[0])
+	}
 	if err := Serve(info, impl, pollable(0, "stdin"), pollable(1, "stdout")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

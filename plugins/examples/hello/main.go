@@ -34,5 +34,6 @@ func (hello) Greet(ctx context.Context, a struct {
 }
 
 func main() {
-	sdk.Main(sdk.Info{Name: "hello", Version: "1.0.0", Kind: "processor"}, hello{})
+	// No Name: the executable's own file name, hello when built here.
+	sdk.Main(sdk.Info{Version: "1.0.0", Kind: "processor"}, hello{})
 }

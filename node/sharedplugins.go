@@ -1,0 +1,368 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
+	"github.com/tribeagent/tribe/plugins/external"
+	"github.com/tribeagent/tribe/plugins/external/wire"
+)
+
+// Shared plugins: `tribe plugin add FILE --tribe T` (trusted writers) puts
+// the binary's version, sha256 and size in the plugin's entry, and keeps
+// the binary in the writer's shared store. A member that opted in
+// (--accept-plugins trusted) fetches it from any peer that has it over
+// PluginFetchProtocol, checks the hash, installs it in its own shared
+// store and loads it; one that did not reports it not installed and runs
+// nothing it was sent.
+
+// PluginFetchProtocol serves a shared plugin's bytes by hash: the request
+// is one line {"sha256": HEX}; the answer one line {"size": N} and then N
+// bytes, or {"error": "..."}. Only nodes that count (admitted, or any peer
+// with no trust list) are served.
+const PluginFetchProtocol = "/tribe/plugin-fetch/1.0.0"
+
+// AcceptTrusted is the --accept-plugins value that takes shared plugins.
+const AcceptTrusted = "trusted"
+
+// maxSharedPlugin caps a shared plugin's size.
+const maxSharedPlugin = 256 << 20
+
+// sharedBinary is the binary part of a plugin entry written by `plugin add`.
+type sharedBinary struct {
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
+	Size    int64  `json:"size"`
+}
+
+var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (b *sharedBinary) check() error {
+	switch {
+	case !sha256RE.MatchString(b.SHA256):
+		return fmt.Errorf("sha256 %q: want 64 lower-case hex digits", b.SHA256)
+	case b.Size <= 0 || b.Size > maxSharedPlugin:
+		return fmt.Errorf("size %d: want 1 byte to %d MiB", b.Size, maxSharedPlugin>>20)
+	case b.Version == "" || len(b.Version) > 64:
+		return fmt.Errorf("version %q: want 1 to 64 bytes", b.Version)
+	}
+	return nil
+}
+
+func (b *sharedBinary) source() string { return plugins.SourceShared + " sha256:" + b.SHA256[:16] }
+
+// sharing is the node's side of shared plugins.
+type sharing struct {
+	mu       sync.Mutex
+	fetching map[string]bool // by sha256
+	failed   map[string]string
+
+	hashMismatch atomic.Int64 // fetched bytes whose hash was not the entry's
+	refused      atomic.Int64 // fetch requests refused (not counted, malformed)
+}
+
+// sharedPath is where a shared plugin's binary is kept: named after the
+// plugin (its handshake says that name), in a dir named after its hash.
+func (n *Node) sharedPath(b *sharedBinary, name string) string {
+	return filepath.Join(n.pluginDir(), "shared", b.SHA256, name)
+}
+
+// fileSHA256 is the hex sha256 of the file at path, and its size.
+func fileSHA256(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), size, nil
+}
+
+// errNotShared is what a member that did not opt in reports.
+var errNotShared = errors.New("not installed here (sharing is off: --accept-plugins trusted takes plugins from trusted writers)")
+
+// loadShared loads plugin name, shared as b, for tribe: from this node's
+// shared store if a copy with the right hash is there, else it starts
+// fetching one (and the plugin loop tries again once it is installed).
+func (n *Node) loadShared(name, tribe string, config map[string]string, b *sharedBinary) (*plugins.Instance, error) {
+	if n.cfg.AcceptPlugins != AcceptTrusted || n.rules().Open() {
+		return nil, errNotShared
+	}
+	if err := b.check(); err != nil {
+		return nil, fmt.Errorf("shared plugin entry: %w", err)
+	}
+	path := n.sharedPath(b, name)
+	sum, _, err := fileSHA256(path)
+	switch {
+	case err == nil && sum == b.SHA256:
+		return plugins.LoadWith(external.Factory(path, n.externalConfig()), name, tribe, config)
+	case err == nil:
+		n.sharing.hashMismatch.Add(1)
+		n.log.Warn("a shared plugin's copy here does not match its hash; fetching it again", "plugin", name, "path", path)
+		os.Remove(path)
+	}
+	n.sharing.mu.Lock()
+	defer n.sharing.mu.Unlock()
+	if why, ok := n.sharing.failed[b.SHA256]; ok {
+		return nil, fmt.Errorf("could not fetch it (sha256:%s) from any peer: %s; trying again", b.SHA256[:16], why)
+	}
+	if !n.sharing.fetching[b.SHA256] {
+		if n.sharing.fetching == nil {
+			n.sharing.fetching, n.sharing.failed = map[string]bool{}, map[string]string{}
+		}
+		n.sharing.fetching[b.SHA256] = true
+		n.spawn(func() { n.fetchShared(name, tribe, b) })
+	}
+	return nil, fmt.Errorf("fetching it (sha256:%s) from peers", b.SHA256[:16])
+}
+
+// sharedRetry is how long a shared plugin no peer could give waits before
+// it is asked for again.
+const sharedRetry = 30 * time.Second
+
+// fetchShared fetches b from the peers likeliest to have it, the entry's
+// writer and the tribe's members, until one gives bytes with its hash;
+// then it installs them and pokes the plugin loop.
+func (n *Node) fetchShared(name, tribe string, b *sharedBinary) {
+	var sources []peer.ID
+	if e, ok := n.replica.Get(pluginKey(tribe, name)); ok {
+		sources = append(sources, e.Author)
+	}
+	for _, id := range n.tribeMembers(tribe) {
+		if id != n.host.ID() && (len(sources) == 0 || id != sources[0]) {
+			sources = append(sources, id)
+		}
+	}
+	var errs []error
+	for _, p := range sources {
+		if n.host.Network().Connectedness(p) != network.Connected {
+			continue
+		}
+		err := n.fetchFrom(p, name, b)
+		if err == nil {
+			n.log.Info("shared plugin installed", "plugin", name, "sha256", b.SHA256, "from", p)
+			errs = nil
+			break
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		n.log.Warn("fetching a shared plugin", "plugin", name, "from", p, "err", err)
+	}
+	if len(sources) == 0 {
+		errs = append(errs, errors.New("no connected peer to ask"))
+	}
+	n.sharing.mu.Lock()
+	delete(n.sharing.fetching, b.SHA256)
+	if len(errs) > 0 {
+		n.sharing.failed[b.SHA256] = errors.Join(errs...).Error()
+		time.AfterFunc(sharedRetry, func() {
+			n.sharing.mu.Lock()
+			delete(n.sharing.failed, b.SHA256)
+			n.sharing.mu.Unlock()
+			n.resyncPlugins()
+		})
+	}
+	n.sharing.mu.Unlock()
+	n.resyncPlugins()
+}
+
+// fetchFrom asks p for b's bytes and installs them if their hash is b's.
+func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
+	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+	defer cancel()
+	s, err := n.host.NewStream(ctx, p, PluginFetchProtocol)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	req, _ := json.Marshal(pluginFetchRequest{SHA256: b.SHA256})
+	if _, err := s.Write(append(req, '\n')); err != nil {
+		return err
+	}
+	s.CloseWrite()
+	br := bufio.NewReader(s)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	var head struct {
+		Size  int64  `json:"size"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(line, &head); err != nil {
+		return fmt.Errorf("a malformed answer: %w", err)
+	}
+	if head.Error != "" {
+		return errors.New(head.Error)
+	}
+	if head.Size != b.Size {
+		return fmt.Errorf("it offers %d bytes, the entry says %d", head.Size, b.Size)
+	}
+	path := n.sharedPath(b, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+name+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	_, err = io.CopyN(io.MultiWriter(tmp, h), br, b.Size)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("the bytes were cut short: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != b.SHA256 {
+		n.sharing.hashMismatch.Add(1)
+		return fmt.Errorf("refused: its bytes hash to sha256:%s, the entry says sha256:%s", got[:16], b.SHA256[:16])
+	}
+	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// resyncPlugins makes the plugin loop load what failed or waited.
+func (n *Node) resyncPlugins() {
+	n.plugins.mu.Lock()
+	for _, l := range n.plugins.loaded {
+		if l.shared != nil && l.err != nil {
+			l.retry = true
+		}
+	}
+	n.plugins.mu.Unlock()
+	n.pokePlugins()
+}
+
+type pluginFetchRequest struct {
+	SHA256 string `json:"sha256"`
+}
+
+// decodePluginFetchRequest parses a fetch request line, strictly.
+func decodePluginFetchRequest(line []byte) (string, error) {
+	var req pluginFetchRequest
+	d := json.NewDecoder(bytes.NewReader(line))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&req); err != nil {
+		return "", fmt.Errorf("not a fetch request: %w", err)
+	}
+	if !sha256RE.MatchString(req.SHA256) {
+		return "", fmt.Errorf("sha256 %q is not 64 lower-case hex digits", req.SHA256)
+	}
+	return req.SHA256, nil
+}
+
+// serveSharedPlugin answers a fetch from this node's shared store.
+func (n *Node) serveSharedPlugin(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(time.Minute))
+	from := s.Conn().RemotePeer()
+	refuse := func(format string, args ...any) {
+		n.sharing.refused.Add(1)
+		b, _ := json.Marshal(map[string]string{"error": fmt.Sprintf(format, args...)})
+		s.Write(append(b, '\n'))
+	}
+	line, err := bufio.NewReader(io.LimitReader(s, 256)).ReadBytes('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.Reset()
+		return
+	}
+	sum, err := decodePluginFetchRequest(line)
+	if err != nil {
+		refuse("%v", err)
+		return
+	}
+	if rules := n.rules(); !rules.Open() && !rules.Counts(from) {
+		refuse("%s is %s here: shared plugins go to nodes that count", from, rules.Status(from))
+		return
+	}
+	dir := filepath.Join(n.pluginDir(), "shared", sum)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if !e.Type().IsRegular() || !wire.ValidName(e.Name()) {
+			continue
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			continue
+		}
+		b, _ := json.Marshal(map[string]int64{"size": fi.Size()})
+		if _, err := s.Write(append(b, '\n')); err == nil {
+			io.Copy(s, f)
+		}
+		return
+	}
+	refuse("no plugin with sha256:%s here", sum[:16])
+}
+
+// addShared is `tribe plugin add FILE`: the file must be a plugin (it is
+// started and shakes hands) named as its file; it is copied into this
+// node's shared store, and its version, hash and size returned for the
+// entry.
+func (n *Node) addShared(name, file string) (*sharedBinary, error) {
+	if !filepath.IsAbs(file) {
+		return nil, api.BadRequest(fmt.Errorf("%s: the file's absolute path, please", file))
+	}
+	if filepath.Base(file) != name {
+		return nil, api.BadRequest(fmt.Errorf("%s: a plugin is named after its file, here %q", file, filepath.Base(file)))
+	}
+	if fi, err := os.Stat(file); err != nil {
+		return nil, api.BadRequest(err)
+	} else if fi.Size() > maxSharedPlugin {
+		return nil, api.BadRequest(fmt.Errorf("%s is %d MiB, over the %d MiB a shared plugin may be", file, fi.Size()>>20, maxSharedPlugin>>20))
+	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, api.BadRequest(err)
+	}
+	sum := sha256.Sum256(src)
+	b := &sharedBinary{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(src))}
+	path := n.sharedPath(b, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, src, 0o755); err != nil {
+		return nil, err
+	}
+	p, err := external.Start(path, n.externalConfig())
+	if err != nil {
+		os.RemoveAll(filepath.Dir(path))
+		return nil, api.BadRequest(fmt.Errorf("%s is not a plugin this agent can run: %w", file, err))
+	}
+	b.Version = p.Version()
+	p.Close()
+	return b, nil
+}

@@ -1,0 +1,131 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// FuzzDecodePluginFetchRequest: a fetch request is a stranger's bytes.
+func FuzzDecodePluginFetchRequest(f *testing.F) {
+	f.Add([]byte(`{"sha256":"` + strings.Repeat("ab", 32) + `"}` + "\n"))
+	f.Add([]byte(`{"sha256":"../../etc/passwd"}`))
+	f.Add([]byte(`{"sha256":"` + strings.Repeat("AB", 32) + `","x":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sum, err := decodePluginFetchRequest(b)
+		if err == nil && !sha256RE.MatchString(sum) {
+			t.Fatalf("accepted %q as %q", b, sum)
+		}
+	})
+}
+
+// A trusted writer shares a plugin it has as a file: the members that take
+// shared plugins fetch it, check it and run it; the one that does not
+// says so and runs nothing. Bytes that do not hash to the entry's sha256
+// are refused and counted, whoever sends them.
+func TestSharedPlugin(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed: the example plugin pyecho needs it")
+	}
+	ctx := context.Background()
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	admin := startNode(t, ca)
+	nodes := map[string]*Node{}
+	for _, name := range []string{"b", "c", "d"} {
+		c := loopbackConfig(t, name)
+		c.Trusted, c.Join = ca.Trusted, []string{tcpAddr(admin)}
+		if name != "d" {
+			c.AcceptPlugins = AcceptTrusted
+		}
+		nodes[name] = startNode(t, c)
+	}
+	b, c, d := nodes["b"], nodes["c"], nodes["d"]
+	waitFor(t, "admin to know every node", func() bool { return len(admin.nodeRecords()) == 4 })
+	if _, err := admin.Admit(ctx, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	jobTribe(t, admin, "t", "echo", []*Node{b, c, d})
+
+	src, err := os.ReadFile(filepath.Join("..", "plugins", "examples", "pyecho", "pyecho"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pyecho")
+	os.WriteFile(file, src, 0o755)
+	if _, err := admin.LoadPlugin(ctx, "pyecho", "t", api.LoadRequest{File: file}); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(src)
+	hexSum := hex.EncodeToString(sum[:])
+	states := func() map[string]api.PluginNode {
+		out := map[string]api.PluginNode{}
+		ps, _ := admin.Plugins(ctx, "t")
+		for _, p := range ps {
+			if p.Name == "pyecho" {
+				for _, pn := range p.Nodes {
+					out[pn.Name] = pn
+				}
+			}
+		}
+		return out
+	}
+	waitFor(t, "b and c to run pyecho, d to refuse it", func() bool {
+		s := states()
+		return s["b"].State == "loaded" && s["c"].State == "loaded" && s["d"].State == "error"
+	})
+	s := states()
+	for _, name := range []string{"b", "c"} {
+		if s[name].Source != "shared sha256:"+hexSum[:16] || s[name].Version != "1.0.0" {
+			t.Errorf("%s: %+v", name, s[name])
+		}
+	}
+	if !strings.Contains(s["d"].Error, "not installed here (sharing is off") {
+		t.Errorf("d: %+v", s["d"])
+	}
+	if _, err := os.Stat(filepath.Join(d.pluginDir(), "shared")); err == nil {
+		t.Error("d, which takes no shared plugins, has a shared store")
+	}
+	sumCall, err := admin.Call(ctx, api.CallRequest{Tribes: []string{"t"}, Plugin: "pyecho", Method: "echo", Args: []byte(`"hi"`)}, func(api.CallResult) {})
+	if err != nil || sumCall.Answered != 2 || sumCall.Failed != 1 {
+		t.Fatalf("a call to the tribe: %+v %v", sumCall, err)
+	}
+
+	// A tampered copy on b: c refuses it and counts it, and takes the
+	// writer's.
+	bin := &sharedBinary{Version: "1.0.0", SHA256: hexSum, Size: int64(len(src))}
+	os.WriteFile(b.sharedPath(bin, "pyecho"), bytes.Replace(src, []byte("echo"), []byte("ohce"), 1), 0o755)
+	os.Remove(c.sharedPath(bin, "pyecho"))
+	if err := c.fetchFrom(b.ID(), "pyecho", bin); err == nil || !strings.Contains(err.Error(), "refused: its bytes hash to") {
+		t.Fatalf("a tampered copy: %v", err)
+	}
+	if c.sharing.hashMismatch.Load() != 1 || c.rejected()["plugin_hash_mismatch"] != 1 {
+		t.Errorf("hash mismatches counted: %d", c.sharing.hashMismatch.Load())
+	}
+	if _, err := os.Stat(c.sharedPath(bin, "pyecho")); err == nil {
+		t.Fatal("the tampered copy was installed")
+	}
+	if err := c.fetchFrom(admin.ID(), "pyecho", bin); err != nil {
+		t.Fatalf("from the writer: %v", err)
+	}
+	// A request that is not one is refused and counted.
+	st, err := d.host.NewStream(ctx, admin.ID(), PluginFetchProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Write([]byte(`{"sha256":"../x"}` + "\n"))
+	st.CloseWrite()
+	var answer bytes.Buffer
+	answer.ReadFrom(st)
+	if !strings.Contains(answer.String(), "not 64 lower-case hex digits") || admin.sharing.refused.Load() != 1 {
+		t.Errorf("a malformed fetch: %q, %d refused", answer.String(), admin.sharing.refused.Load())
+	}
+}

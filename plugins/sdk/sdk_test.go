@@ -1,0 +1,72 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tribeagent/tribe/plugins/external/wire"
+)
+
+type impl struct{}
+
+func (impl) Add(ctx context.Context, a struct{ X, Y int }) (int, error) { return a.X + a.Y, nil }
+func (impl) Boom(ctx context.Context, _ json.RawMessage) (string, error) {
+	panic("boom")
+}
+func (impl) Fail(ctx context.Context, _ json.RawMessage) (string, error) {
+	return "half", errors.New("failed")
+}
+func (impl) NotAMethod(x int) int { return x } // wrong shape: not a plugin method
+
+// Serve answers each request in the protocol: the handshake lists the
+// methods, calls decode their arguments strictly, a panic or an error is
+// a failed call (with the output so far), unknown methods are refused,
+// and shutdown is answered last.
+func TestServe(t *testing.T) {
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":0,"method":"tribe.handshake","params":{"protocol":1}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tribe.call","params":{"method":"add","args":{"X":2,"Y":3},"timeout_ms":1000}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tribe.call","params":{"method":"add","args":{"Z":1},"timeout_ms":1000}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tribe.call","params":{"method":"boom","timeout_ms":1000}}`,
+		`{"jsonrpc":"2.0","id":4,"method":"tribe.call","params":{"method":"fail","timeout_ms":1000}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"tribe.call","params":{"method":"nope","timeout_ms":1000}}`,
+		`not json`,
+		`{"jsonrpc":"2.0","id":6,"method":"tribe.shutdown"}`,
+		`{"jsonrpc":"2.0","id":7,"method":"tribe.call","params":{"method":"add","args":{"X":1},"timeout_ms":1000}}`,
+	}, "\n") + "\n"
+	var out bytes.Buffer
+	if err := Serve(Info{Name: "t", Version: "1", Kind: "processor"}, impl{}, strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]wire.Response{}
+	var order []int64
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		r, err := wire.DecodeResponse([]byte(line))
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		got[r.ID], order = r, append(order, r.ID)
+	}
+	info, err := wire.DecodeInfo(got[0].Result, "t")
+	if err != nil || strings.Join(info.Methods, ",") != "add,boom,fail" {
+		t.Fatalf("handshake: %+v %v", info, err)
+	}
+	if string(got[1].Result) != "5" {
+		t.Errorf("add: %+v", got[1])
+	}
+	for id, want := range map[int64]string{2: `unknown field "Z"`, 3: "panicked: boom", 4: "failed", 5: `no method "nope"`} {
+		if got[id].Error == nil || !strings.Contains(got[id].Error.Message, want) {
+			t.Errorf("%d: %+v, want an error saying %q", id, got[id], want)
+		}
+	}
+	if string(got[4].Error.Data) != `"half"` {
+		t.Errorf("a failed call's output: %s", got[4].Error.Data)
+	}
+	if _, ok := got[7]; ok || order[len(order)-1] != 6 {
+		t.Errorf("answers after shutdown, or shutdown not last: %v", order)
+	}
+}

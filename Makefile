@@ -75,6 +75,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./gossip ./policy ./node
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./sim
 	TRIBE_SIMTIME=1 $(GO) test -run '^TestSimTime' -v -timeout 80m ./sim
+	cd bench/goplugin && $(GO) test -run '^$$' -bench . -benchtime 3x
 
 lint:
 	$(GO) vet ./...

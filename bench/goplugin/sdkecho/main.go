@@ -10,6 +10,8 @@ import (
 
 type echo struct{}
 
-func (echo) Echo(ctx context.Context, args json.RawMessage) (json.RawMessage, error) { return args, nil }
+func (echo) Echo(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
+	return args, nil
+}
 
 func main() { sdk.Main(sdk.Info{Version: "1", Kind: "processor"}, echo{}) }

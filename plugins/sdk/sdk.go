@@ -61,6 +61,8 @@ func Main(info Info, impl any) {
 
 // pollable is fd as a file Go's poller waits on: the goroutine that reads
 // requests then parks instead of holding a thread in a blocking read.
+// Measured against the blocking stdin, alternated in one run: 118–143 µs
+// a call instead of 147–169.
 func pollable(fd int, name string) *os.File {
 	if err := syscall.SetNonblock(fd, true); err != nil {
 		return os.NewFile(uintptr(fd), name)

@@ -174,3 +174,16 @@ func (w *warnLimit) allow(p peer.ID, now time.Time, every time.Duration) (ok boo
 	w.last[p] = warnSlot{at: now}
 	return true, held
 }
+
+// Slots bounds how many of something run at once, in all and per peer:
+// what the sync and push servers use, for other protocols' servers.
+type Slots struct{ s slots }
+
+// NewSlots allows max at once, perPeer of them from one peer.
+func NewSlots(max, perPeer int) *Slots { return &Slots{slots{max: max, perPeer: perPeer}} }
+
+// Acquire takes a slot for p, unless a bound is reached.
+func (s *Slots) Acquire(p peer.ID) bool { return s.s.acquire(p) }
+
+// Release gives back a slot Acquire took for p.
+func (s *Slots) Release(p peer.ID) { s.s.release(p) }

@@ -32,6 +32,11 @@ const (
 	jobAnswerWait = time.Second
 	// jobHandTimeout bounds the rest of a job stream on either side.
 	jobHandTimeout = 10 * time.Second
+	// maxHanding and maxHandingPerPeer bound the job streams a node takes
+	// at once: a writer hands each target one per job, and holds it about
+	// as long as the run; more from one peer is a flood, refused at once
+	// and counted (job_handoff_busy).
+	maxHanding, maxHandingPerPeer = 256, 32
 )
 
 // deliverJob hands a new job straight to each of its targets this node is
@@ -117,6 +122,12 @@ func (n *Node) handJob(p peer.ID, e *gossip.Signed) error {
 // final ack of it, if there is one within jobAnswerWait.
 func (n *Node) serveJob(s network.Stream) {
 	from := s.Conn().RemotePeer()
+	if !n.jobs.handing.Acquire(from) {
+		n.jobs.handBusy.Add(1)
+		s.Reset()
+		return
+	}
+	defer n.jobs.handing.Release(from)
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(jobHandTimeout + jobAnswerWait))
 	b, err := io.ReadAll(io.LimitReader(s, gossip.MaxEntrySize+1))

@@ -276,3 +276,22 @@ func TestJobReachesOnlyItsTargets(t *testing.T) {
 		t.Errorf("job streams without a job: %d counted, want 1", b.jobs.handRefused.Load())
 	}
 }
+
+// A peer that opens job streams and sends nothing holds at most
+// maxHandingPerPeer of them; the rest are refused at once and counted.
+func TestJobHandOffsAreBoundedPerPeer(t *testing.T) {
+	admin, stranger := adminAndStranger(t)
+	ctx := context.Background()
+	for range maxHandingPerPeer + 3 {
+		s, err := stranger.host.NewStream(ctx, admin.ID(), JobProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write([]byte("x")) // opens the stream on the other side; never ends
+		defer s.Reset()
+	}
+	waitFor(t, "the streams past the bound refused", func() bool { return admin.jobs.handBusy.Load() == 3 })
+	if got := admin.rejected()["job_handoff_busy"]; got != 3 {
+		t.Errorf("job_handoff_busy %d, want 3", got)
+	}
+}

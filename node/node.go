@@ -204,6 +204,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		pluginCh: make(chan struct{}, 1), admitCh: make(chan struct{}, 1),
 		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1)}
 	n.jobs.poke = make(chan struct{}, 1)
+	n.jobs.handing = gossip.NewSlots(maxHanding, maxHandingPerPeer)
+	n.sharing.serving = gossip.NewSlots(maxFetchServing, 1)
 	n.jobs.runner.MaxQueue = cfg.JobQueue
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect

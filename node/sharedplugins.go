@@ -20,6 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external"
@@ -77,7 +78,13 @@ type sharing struct {
 
 	hashMismatch atomic.Int64 // fetched bytes whose hash was not the entry's
 	refused      atomic.Int64 // fetch requests refused (not counted, malformed)
+	busy         atomic.Int64 // fetch requests refused: too many being served
+	serving      *gossip.Slots
 }
+
+// maxFetchServing bounds the plugin fetches a node serves at once (one per
+// peer): a binary can be 256 MiB, and members fetch it once each.
+const maxFetchServing = 4
 
 // sharedPath is where a shared plugin's binary is kept: named after the
 // plugin (its handshake says that name), in a dir named after its hash.
@@ -281,9 +288,15 @@ func decodePluginFetchRequest(line []byte) (string, error) {
 
 // serveSharedPlugin answers a fetch from this node's shared store.
 func (n *Node) serveSharedPlugin(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	if !n.sharing.serving.Acquire(from) {
+		n.sharing.busy.Add(1)
+		s.Reset() // the fetcher asks the next peer
+		return
+	}
+	defer n.sharing.serving.Release(from)
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(time.Minute))
-	from := s.Conn().RemotePeer()
 	refuse := func(format string, args ...any) {
 		n.sharing.refused.Add(1)
 		b, _ := json.Marshal(map[string]string{"error": fmt.Sprintf(format, args...)})

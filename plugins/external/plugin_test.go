@@ -64,6 +64,19 @@ func (testMethods) Complain(ctx context.Context, s string) (string, error) {
 	return "said", nil
 }
 
+// Flood writes n lines to stderr.
+func (testMethods) Flood(ctx context.Context, n int) (string, error) {
+	for i := range n {
+		fmt.Fprintln(os.Stderr, "flood", i)
+	}
+	return "flooded", nil
+}
+
+// Env is the plugin's environment.
+func (testMethods) Env(ctx context.Context, _ json.RawMessage) ([]string, error) {
+	return os.Environ(), nil
+}
+
 func (testMethods) Fail(ctx context.Context, _ json.RawMessage) (string, error) {
 	return "partial output", errors.New("it went wrong")
 }
@@ -162,7 +175,7 @@ func TestHandshakeAndCall(t *testing.T) {
 	if p.Name() != "good" || p.Version() != "1.2.3" || p.Kind() != "processor" {
 		t.Fatalf("handshake: %s %s %s", p.Name(), p.Version(), p.Kind())
 	}
-	if want := []string{"complain", "crash", "echo", "fail", "hang", "huge", "sleep"}; !equal(p.Methods(), want) {
+	if want := []string{"complain", "crash", "echo", "env", "fail", "flood", "hang", "huge", "sleep"}; !equal(p.Methods(), want) {
 		t.Fatalf("methods %v, want %v", p.Methods(), want)
 	}
 	if out, err := call(p, time.Second, "echo", `{"a":[1,2]}`); err != nil || out != `{"a":[1,2]}` {
@@ -318,5 +331,25 @@ func TestFind(t *testing.T) {
 	}
 	if found, _, err := Find(filepath.Join(dir, "none")); err != nil || len(found) != 0 {
 		t.Fatalf("a missing dir: %v %v", found, err)
+	}
+}
+
+// A plugin gets little of the agent's environment, and a flood of stderr
+// lines reaches the log only so fast.
+func TestEnvAndStderrFlood(t *testing.T) {
+	t.Setenv("TRIBE_SECRET", "s3cret")
+	log := &syncBuffer{}
+	p := start(t, "good", log)
+	out, err := call(p, time.Second, "env", `null`)
+	if err != nil || strings.Contains(out, "s3cret") || !strings.Contains(out, "TRIBE_PLUGIN=good") {
+		t.Fatalf("env: %s %v", out, err)
+	}
+	if _, err := call(p, 5*time.Second, "flood", `5000`); err != nil {
+		t.Fatal(err)
+	}
+	p.Close() // the count of dropped lines comes with the next line, or at the end
+	waitFor(t, "the dropped lines said", func() bool { return strings.Contains(log.String(), "dropped=") })
+	if n := strings.Count(log.String(), `msg="plugin stderr"`); n > stderrBurst+50 {
+		t.Errorf("%d of 5000 stderr lines logged at once", n)
 	}
 }

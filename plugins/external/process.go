@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
@@ -37,6 +38,23 @@ type process struct {
 	err  error         // why it ended; set before done closes
 }
 
+// passedEnv is what a plugin gets of the agent's environment: enough to
+// find programs and write files, nothing the agent was given for itself
+// (tokens, keys in the environment stay with it).
+var passedEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// pluginEnv is a plugin process's environment: passedEnv, plus its name
+// and the protocol version.
+func pluginEnv(name string) []string {
+	var env []string
+	for _, k := range passedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return append(env, "TRIBE_PLUGIN="+name, fmt.Sprintf("TRIBE_PLUGIN_PROTOCOL=%d", wire.Protocol))
+}
+
 // errExited is the error of a call the process did not answer.
 var errExited = errors.New("the plugin exited")
 
@@ -44,7 +62,7 @@ var errExited = errors.New("the plugin exited")
 func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, error) {
 	cmd := exec.Command(path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(), "TRIBE_PLUGIN="+name, fmt.Sprintf("TRIBE_PLUGIN_PROTOCOL=%d", wire.Protocol))
+	cmd.Env = pluginEnv(name)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -128,15 +146,40 @@ func (p *process) take(line []byte) {
 	}
 }
 
-// logStderr puts each line the plugin writes to stderr in the agent's log.
+// logStderr puts each line the plugin writes to stderr in the agent's
+// log, at most stderrBurst at once and stderrPerSecond after that: a
+// plugin that floods stderr loses lines (said in the log, with how many),
+// not the agent its log.
 func (p *process) logStderr(stderr io.Reader) {
 	sc := bufio.NewScanner(stderr)
 	sc.Buffer(make([]byte, 4096), 16<<10)
+	tokens, last, dropped := float64(stderrBurst), time.Now(), 0
 	for sc.Scan() {
+		now := time.Now()
+		tokens = min(stderrBurst, tokens+now.Sub(last).Seconds()*stderrPerSecond)
+		last = now
+		if tokens < 1 {
+			dropped++
+			continue
+		}
+		tokens--
+		if dropped > 0 {
+			p.log.Warn("plugin stderr lines dropped: it writes faster than the log takes", "plugin", p.name, "dropped", dropped)
+			dropped = 0
+		}
 		p.log.Info("plugin stderr", "plugin", p.name, "line", sc.Text())
+	}
+	if dropped > 0 {
+		p.log.Warn("plugin stderr lines dropped: it writes faster than the log takes", "plugin", p.name, "dropped", dropped)
 	}
 	io.Copy(io.Discard, stderr) // past an overlong line
 }
+
+// How many stderr lines of one plugin process reach the log.
+const (
+	stderrBurst     = 100
+	stderrPerSecond = 20
+)
 
 // fail ends the process for err: its calls get err.
 func (p *process) fail(err error) {

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -75,6 +76,7 @@ type method func(ctx context.Context, args json.RawMessage) (any, error)
 var (
 	ctxType = reflect.TypeFor[context.Context]()
 	errType = reflect.TypeFor[error]()
+	rawType = reflect.TypeFor[json.RawMessage]()
 )
 
 // methods are impl's plugin methods by name.
@@ -91,6 +93,11 @@ func methods(impl any) (map[string]method, error) {
 		name := string(unicode.ToLower(r)) + mt.Name[size:]
 		argType := t.In(1)
 		out[name] = func(ctx context.Context, args json.RawMessage) (any, error) {
+			if argType == rawType { // as they came: JSON the agent checked
+				res := m.Call([]reflect.Value{reflect.ValueOf(ctx), reflect.ValueOf(args)})
+				err, _ := res[1].Interface().(error)
+				return res[0].Interface(), err
+			}
 			a := reflect.New(argType)
 			if len(args) > 0 {
 				d := json.NewDecoder(bytes.NewReader(args))
@@ -110,12 +117,18 @@ func methods(impl any) (map[string]method, error) {
 	return out, nil
 }
 
-// request is a message from the agent.
+// request is a message from the agent, its params those of any method
+// (decoded in one pass: a call's round trip is mostly such work).
 type request struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      *int64          `json:"id"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
+	JSONRPC string `json:"jsonrpc"`
+	ID      *int64 `json:"id"`
+	Method  string `json:"method"`
+	Params  struct {
+		Method    string          `json:"method"`     // tribe.call
+		Args      json.RawMessage `json:"args"`       // tribe.call
+		TimeoutMS int64           `json:"timeout_ms"` // tribe.call
+		ID        int64           `json:"id"`         // tribe.cancel
+	} `json:"params"`
 }
 
 // Serve speaks the protocol on in and out until in ends or the agent asks
@@ -172,11 +185,7 @@ func (s *server) handle(line []byte) (stop bool) {
 		s.answer(req.ID, wire.Info{Protocol: wire.Protocol, Name: s.info.Name, Version: s.info.Version,
 			Kind: s.info.Kind, Methods: names}, nil)
 	case wire.MethodCall:
-		var p wire.CallParams
-		if err := json.Unmarshal(req.Params, &p); err != nil {
-			s.answer(req.ID, nil, fmt.Errorf("call params: %w", err))
-			return false
-		}
+		p := req.Params
 		m, ok := s.methods[p.Method]
 		if !ok || req.ID == nil {
 			s.answer(req.ID, nil, fmt.Errorf("no method %q", p.Method))
@@ -195,14 +204,11 @@ func (s *server) handle(line []byte) (stop bool) {
 			s.answer(req.ID, res, err)
 		})
 	case wire.MethodCancel:
-		var p wire.CancelParams
-		if json.Unmarshal(req.Params, &p) == nil {
-			s.mu.Lock()
-			if cancel, ok := s.running[p.ID]; ok {
-				cancel()
-			}
-			s.mu.Unlock()
+		s.mu.Lock()
+		if cancel, ok := s.running[req.Params.ID]; ok {
+			cancel()
 		}
+		s.mu.Unlock()
 	case wire.MethodShutdown:
 		s.cancelAll()
 		s.wg.Wait()
@@ -237,28 +243,38 @@ func (s *server) answer(id *int64, res any, err error) {
 	if id == nil {
 		return
 	}
-	resp := map[string]any{"jsonrpc": "2.0", "id": *id}
-	if err != nil {
-		e := map[string]any{"code": 1, "message": err.Error()}
-		if res != nil {
-			if b, merr := json.Marshal(res); merr == nil && string(b) != "null" {
-				e["data"] = json.RawMessage(b)
-			}
-		}
-		resp["error"] = e
-	} else {
-		b, merr := json.Marshal(res)
-		if merr != nil {
-			resp["error"] = map[string]any{"code": 1, "message": "encoding the result: " + merr.Error()}
-		} else {
-			resp["result"] = json.RawMessage(b)
-		}
-	}
-	b, merr := json.Marshal(resp)
-	if merr != nil {
-		b, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": *id, "error": map[string]any{"code": 1, "message": errors.Join(merr).Error()}})
+	b := append(make([]byte, 0, 256), `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, *id, 10)
+	out, merr := encode(res)
+	switch {
+	case err == nil && merr == nil:
+		b = append(append(append(b, `,"result":`...), out...), '}')
+	case err == nil:
+		b = appendError(b, "encoding the result: "+merr.Error(), nil)
+	case merr == nil && string(out) != "null":
+		b = appendError(b, err.Error(), out)
+	default:
+		b = appendError(b, err.Error(), nil)
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.out.Write(append(b, '\n'))
+}
+
+// appendError appends an error member and closes the response.
+func appendError(b []byte, msg string, data json.RawMessage) []byte {
+	e, _ := json.Marshal(wire.RPCError{Code: 1, Message: msg, Data: data})
+	return append(append(append(b, `,"error":`...), e...), '}')
+}
+
+// encode is a method's result as JSON; a json.RawMessage is taken as it
+// is once checked (the common case of a plugin that passes JSON through).
+func encode(res any) ([]byte, error) {
+	if raw, ok := res.(json.RawMessage); ok && raw != nil {
+		if !json.Valid(raw) {
+			return nil, errors.New("the result is not valid JSON")
+		}
+		return raw, nil
+	}
+	return json.Marshal(res)
 }

@@ -61,14 +61,34 @@ func (n *Node) deliverJob(e *gossip.Signed, targets []string, publish bool) {
 			publish = true
 		}
 	}
+	// CallParallel hand-offs at once; a target that took the job frees
+	// its place for the next, and waits for its ack only while fewer than
+	// 4 × CallParallel do (the others' acks come by push): a slow run
+	// never slows the delivery to the rest.
 	sem := make(chan struct{}, n.cfg.CallParallel)
+	waits := make(chan struct{}, 4*n.cfg.CallParallel)
 	var wg sync.WaitGroup
 	var failed atomic.Bool
 	for _, id := range ids {
 		sem <- struct{}{}
 		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := n.handJob(id, e); err != nil {
+			var once sync.Once
+			free := func() { once.Do(func() { <-sem }) }
+			defer free()
+			waiting := false
+			err := n.handJob(id, e, func() bool {
+				free()
+				select {
+				case waits <- struct{}{}:
+					waiting = true
+				default:
+				}
+				return waiting
+			})
+			if waiting {
+				<-waits
+			}
+			if err != nil {
 				failed.Store(true)
 				if n.ctx.Err() == nil {
 					n.log.Debug("handing a job to a target", "job", e.Key, "target", id, "err", err)
@@ -82,9 +102,9 @@ func (n *Node) deliverJob(e *gossip.Signed, targets []string, publish bool) {
 	}
 }
 
-// handJob hands job e to target p and takes the ack p answers with, if
-// any, as a push from p.
-func (n *Node) handJob(p peer.ID, e *gossip.Signed) error {
+// handJob hands job e to target p and, if taken (called once p took the
+// job) says to wait, takes the ack p answers with, as a push from p.
+func (n *Node) handJob(p peer.ID, e *gossip.Signed, taken func() (wait bool)) error {
 	ctx, cancel := context.WithTimeout(n.ctx, jobHandTimeout+jobAnswerWait)
 	defer cancel()
 	s, err := n.host.NewStream(ctx, p, JobProtocol)
@@ -101,12 +121,16 @@ func (n *Node) handJob(p peer.ID, e *gossip.Signed) error {
 		return err
 	}
 	s.CloseWrite()
-	var taken [1]byte
-	if _, err := io.ReadFull(s, taken[:]); err != nil {
+	var took [1]byte
+	if _, err := io.ReadFull(s, took[:]); err != nil {
 		return fmt.Errorf("no answer: %w", err)
 	}
-	if taken[0] != 1 {
+	if took[0] != 1 {
 		return errors.New("refused")
+	}
+	if !taken() {
+		s.Reset() // so the target's answer fails, and it pushes its ack
+		return nil
 	}
 	ack, err := io.ReadAll(io.LimitReader(s, gossip.MaxEntrySize+1))
 	if err != nil || len(ack) == 0 {

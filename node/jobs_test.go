@@ -265,7 +265,7 @@ func TestJobReachesOnlyItsTargets(t *testing.T) {
 	job, _ := d.replica.Get(jobKey(j.ID))
 	own, _ := d.replica.Get(nodesPrefix + d.ID().String())
 	for what, e := range map[string]*gossip.Signed{"a's job": job, "d's own record": own} {
-		if err := d.handJob(b.ID(), e); err == nil || !strings.Contains(err.Error(), "refused") {
+		if err := d.handJob(b.ID(), e, func() bool { return true }); err == nil || !strings.Contains(err.Error(), "refused") {
 			t.Errorf("%s handed to b by d: %v", what, err)
 		}
 	}
@@ -294,4 +294,28 @@ func TestJobHandOffsAreBoundedPerPeer(t *testing.T) {
 	if got := admin.rejected()["job_handoff_busy"]; got != 3 {
 		t.Errorf("job_handoff_busy %d, want 3", got)
 	}
+}
+
+// A writer that does not wait on the hand-off stream for the ack (more
+// targets wait than it keeps streams for) still gets it: the target's
+// answer fails, and it pushes the ack.
+func TestJobAckPushedWhenTheHandOffDoesNotWait(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	bc := loopbackConfig(t, "b")
+	bc.Join = []string{tcpAddr(a)}
+	b := startNode(t, bc)
+	jobTribe(t, a, "t", "echo", []*Node{b})
+	// The job written as SubmitJob writes it, but handed by hand.
+	now := a.now().UTC()
+	j := jobs.Job{ID: a.newJobID(), Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), Created: now, Expires: now.Add(time.Hour)}
+	j.SetTargets([]string{b.ID().String()})
+	raw, _ := json.Marshal(j)
+	e, err := a.replica.PutQuiet(context.Background(), jobKey(j.ID), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.handJob(b.ID(), e, func() bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b's ack on a, pushed", func() bool { return jobState(t, a, j.ID).State == "done" })
 }

@@ -3,10 +3,11 @@ package gossip
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 var (
@@ -57,11 +58,8 @@ var Kinds = []Kind{
 	{Name: "job-ack", Pattern: "jobs/{job}/acks/{peer}", Writer: Self, SelfSegment: 3},
 }
 
-// nameRE is what tribe, policy, plugin and task names may look like.
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
 // ValidName reports whether s may name a tribe, policy, plugin or task.
-func ValidName(s string) bool { return nameRE.MatchString(s) }
+func ValidName(s string) bool { return names.Valid(s) }
 
 // kindSegs holds each row's pattern split at "/", once.
 var kindSegs = func() [][]string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	ma "github.com/multiformats/go-multiaddr"
@@ -175,7 +176,8 @@ func DefaultConfig() Config {
 	}
 }
 
-var clusterRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+// clusterRE is compiled when first used, not at every process's start.
+var clusterRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`) })
 
 // Validate reports everything wrong with c, joined. It changes nothing.
 func (c Config) Validate() error {
@@ -190,7 +192,7 @@ func (c Config) Validate() error {
 	case c.AcceptPlugins != "" && len(c.Trusted) == 0:
 		bad("accept plugins %q needs trusted writers (--trusted): with none, every peer that can connect could send this host code to run", c.AcceptPlugins)
 	}
-	if !clusterRE.MatchString(c.Cluster) {
+	if !clusterRE().MatchString(c.Cluster) {
 		bad("cluster %q: use 1 to 32 lower-case letters, digits and dashes, starting with a letter or digit", c.Cluster)
 	}
 	if len(c.Name) > 64 || strings.ContainsAny(c.Name, "\x00\n\r\t") {

@@ -60,7 +60,7 @@ func decodeHello(b []byte) (hello, error) {
 	if dec.More() {
 		return hello{}, fmt.Errorf("%w: trailing data", ErrBadHello)
 	}
-	if !clusterRE.MatchString(h.Cluster) {
+	if !clusterRE().MatchString(h.Cluster) {
 		return hello{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)
 	}
 	if len(h.Name) > 64 || len(h.Version) > 64 || len(h.Boot) > 64 {

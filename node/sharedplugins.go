@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,11 +53,22 @@ type sharedBinary struct {
 	Size    int64  `json:"size"`
 }
 
-var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// isSHA256 reports whether s is a sha256 in lower-case hex.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 func (b *sharedBinary) check() error {
 	switch {
-	case !sha256RE.MatchString(b.SHA256):
+	case !isSHA256(b.SHA256):
 		return fmt.Errorf("sha256 %q: want 64 lower-case hex digits", b.SHA256)
 	case b.Size <= 0 || b.Size > maxSharedPlugin:
 		return fmt.Errorf("size %d: want 1 byte to %d MiB", b.Size, maxSharedPlugin>>20)
@@ -280,7 +290,7 @@ func decodePluginFetchRequest(line []byte) (string, error) {
 	if err := d.Decode(&req); err != nil {
 		return "", fmt.Errorf("not a fetch request: %w", err)
 	}
-	if !sha256RE.MatchString(req.SHA256) {
+	if !isSHA256(req.SHA256) {
 		return "", fmt.Errorf("sha256 %q is not 64 lower-case hex digits", req.SHA256)
 	}
 	return req.SHA256, nil

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 // Command is one command a host lets the exec plugin run: it is defined
@@ -47,7 +49,7 @@ func (c ExecConfig) Check() error {
 	for _, name := range slices.Sorted(maps.Keys(c.Commands)) {
 		cmd := c.Commands[name]
 		switch {
-		case !methodRE.MatchString(name):
+		case !names.ValidMethod(name):
 			errs = append(errs, fmt.Errorf("exec command name %q: use letters, digits, '.', '_' or '-'", name))
 		case len(cmd.Argv) == 0 || cmd.Argv[0] == "":
 			errs = append(errs, fmt.Errorf("exec command %q has no argv", name))

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/plugins/jsonerr"
 )
 
@@ -150,11 +150,6 @@ func readFrame(r *bufio.Reader, max int) ([]byte, error) {
 	return b, nil
 }
 
-var (
-	pluginRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	methodRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
-)
-
 // DecodeRequest parses and checks a request frame.
 func DecodeRequest(b []byte) (Request, error) {
 	var req Request
@@ -172,11 +167,11 @@ func (r Request) Check() error {
 	switch {
 	case len(r.ID) > 64:
 		return fmt.Errorf("%w: id of %d bytes, at most 64", ErrBadRequest, len(r.ID))
-	case !pluginRE.MatchString(r.Plugin):
+	case !names.Valid(r.Plugin):
 		return fmt.Errorf("%w: plugin name %q", ErrBadRequest, r.Plugin)
-	case !methodRE.MatchString(r.Method):
+	case !names.ValidMethod(r.Method):
 		return fmt.Errorf("%w: method name %q", ErrBadRequest, r.Method)
-	case r.Tribe != "" && !pluginRE.MatchString(r.Tribe):
+	case r.Tribe != "" && !names.Valid(r.Tribe):
 		return fmt.Errorf("%w: tribe name %q", ErrBadRequest, r.Tribe)
 	case r.Deadline < 0:
 		return fmt.Errorf("%w: negative deadline %d", ErrBadRequest, r.Deadline)

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/libp2p/go-netroute"
 	"github.com/shirou/gopsutil/v4/cpu"
@@ -256,8 +257,11 @@ func ParseFact(s string) (string, any, error) {
 // Numbers are written as JSON writes them: a leading zero ("007", a zip
 // code, an ID) or a plus sign is text, so the value keeps its spelling.
 var (
-	intSyntax   = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
-	floatSyntax = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+	// Compiled when first used, not at every process's start.
+	intSyntax   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`) })
+	floatSyntax = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$`)
+	})
 )
 
 // TypedValue types a fact value given as text: true/false is a bool, a whole
@@ -271,13 +275,13 @@ func TypedValue(v string) any {
 	case "false":
 		return false
 	}
-	if intSyntax.MatchString(v) {
+	if intSyntax().MatchString(v) {
 		if i, err := strconv.ParseInt(v, 10, 64); err == nil {
 			return i
 		}
 		return v
 	}
-	if floatSyntax.MatchString(v) {
+	if floatSyntax().MatchString(v) {
 		if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsInf(f, 0) {
 			return f
 		}

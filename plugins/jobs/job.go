@@ -22,10 +22,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 // Limits of a job. They keep one job inside one replicated entry (64 KiB):
@@ -145,13 +146,6 @@ func (j *Job) Targeted(id string) bool {
 // NumTargets is the size of the fixed target set.
 func (j *Job) NumTargets() int { return len(j.Targets) / 8 }
 
-var (
-	// The names the state and the call protocol accept (gossip.ValidName,
-	// plugins.Request.Check), kept here so this core imports neither.
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	methodRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
-)
-
 // ErrBadJob is a job or an ack that cannot be read or breaks a limit.
 var ErrBadJob = errors.New("jobs: bad job")
 
@@ -161,11 +155,11 @@ func (j *Job) Check() error {
 		return fmt.Errorf("%w: %s", ErrBadJob, fmt.Sprintf(format, a...))
 	}
 	switch {
-	case !nameRE.MatchString(j.ID):
+	case !names.Valid(j.ID):
 		return bad("id %q is not a job id", j.ID)
-	case !nameRE.MatchString(j.Plugin):
+	case !names.Valid(j.Plugin):
 		return bad("plugin %q is not a plugin name", j.Plugin)
-	case !methodRE.MatchString(j.Method):
+	case !names.ValidMethod(j.Method):
 		return bad("method %q is not a method name", j.Method)
 	case len(j.Args) > MaxArgs:
 		return bad("arguments of %d bytes, at most %d", len(j.Args), MaxArgs)
@@ -187,13 +181,13 @@ func (j *Job) Check() error {
 		return bad("%d retries, from 0 to %d", j.Retries, MaxRetries)
 	case j.Timeout < 0 || j.Timeout > 10*time.Minute:
 		return bad("timeout %v, from 0 to 10m", j.Timeout)
-	case j.After != "" && !nameRE.MatchString(j.After):
+	case j.After != "" && !names.Valid(j.After):
 		return bad("after %q is not a job id", j.After)
 	case j.After == j.ID:
 		return bad("a job cannot follow itself")
 	}
 	for _, t := range j.Tribes {
-		if !nameRE.MatchString(t) {
+		if !names.Valid(t) {
 			return bad("tribe %q is not a tribe name", t)
 		}
 	}

@@ -12,11 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 // Limits of a manifest. It travels in a signed entry, so it must fit one
@@ -151,15 +152,13 @@ func Decode(b []byte) (Manifest, error) {
 	return m, m.Check()
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
 // Check reports everything wrong with the manifest that it can tell alone
 // (whether each plugin exists and is loaded in the tribe is the caller's
 // to check).
 func (m Manifest) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if !nameRE.MatchString(m.Name) {
+	if !names.Valid(m.Name) {
 		bad("name %q: use lower-case letters, digits, '.', '_' or '-', at most 63", m.Name)
 	}
 	if err := m.Schedule.Check(); err != nil {

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 // FuzzDecodeResponse: a plugin's stdout is bytes the agent did not write.
@@ -40,7 +42,7 @@ func FuzzDecodeInfo(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", b, in)
 		}
 		for _, m := range in.Methods {
-			if !methodRE.MatchString(m) {
+			if !names.ValidMethod(m) {
 				t.Fatalf("method %q accepted", m)
 			}
 		}

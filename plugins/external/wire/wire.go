@@ -21,8 +21,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 // Protocol is the protocol version this agent speaks.
@@ -125,14 +126,10 @@ func DecodeResponse(line []byte) (Response, error) {
 	return r, nil
 }
 
-var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	methodRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
-	kinds    = []string{"collector", "processor", "publisher", "action"}
-)
+var kinds = []string{"collector", "processor", "publisher", "action"}
 
 // ValidName reports whether s may name a plugin (and its file).
-func ValidName(s string) bool { return nameRE.MatchString(s) }
+func ValidName(s string) bool { return names.Valid(s) }
 
 // DecodeInfo checks a handshake answer: the protocol this agent speaks,
 // the name the plugin's file has, a version, a known kind and at least
@@ -157,7 +154,7 @@ func DecodeInfo(result json.RawMessage, file string) (Info, error) {
 		return Info{}, fmt.Errorf("%w: %d methods: want 1 to 256", ErrProtocol, len(in.Methods))
 	}
 	for _, m := range in.Methods {
-		if !methodRE.MatchString(m) {
+		if !names.ValidMethod(m) {
 			return Info{}, fmt.Errorf("%w: method name %q", ErrProtocol, m)
 		}
 	}

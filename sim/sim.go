@@ -22,26 +22,19 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
-	"github.com/libp2p/go-libp2p/p2p/transport/quicreuse"
 	"github.com/marcopolo/simnet"
 	ma "github.com/multiformats/go-multiaddr"
-	"github.com/quic-go/quic-go"
-	"go.uber.org/fx"
 
 	"github.com/tribeagent/tribe/node"
 	"github.com/tribeagent/tribe/policy"
@@ -350,51 +343,10 @@ func (s *Sim) host(m *member) (host.Host, error) {
 	link := simnet.LinkSettings{BitsPerSecond: s.cfg.Bandwidth}
 	s.netMu.Lock() // simnet's endpoint list is not safe for concurrent use
 	defer s.netMu.Unlock()
-	return libp2p.New(
-		libp2p.Identity(m.key),
-		libp2p.ListenAddrs(m.addr),
-		libp2p.NoTransports,
-		libp2p.Transport(libp2pquic.NewTransport),
-		quicOnSimnet(s.net, simnet.NodeBiDiLinkSettings{Uplink: link, Downlink: link}),
-		libp2p.ResourceManager(&network.NullResourceManager{}),
-		libp2p.DisableRelay(),
-		libp2p.DisableMetrics(),
-		// Identify's address discovery stalls under synctest
-		// (go-libp2p's x/simlibp2p says so too).
-		libp2p.DisableIdentifyAddressDiscovery(),
-	)
+	return simnetHost(m.key, m.addr, s.net, simnet.NodeBiDiLinkSettings{Uplink: link, Downlink: link})
 }
 
-// quicOnSimnet makes libp2p's QUIC transport send its packets through a
-// simnet endpoint instead of a UDP socket (go-libp2p's x/simlibp2p does the
-// same, but imports package testing).
-func quicOnSimnet(sn *simnet.Simnet, link simnet.NodeBiDiLinkSettings) libp2p.Option {
-	src := &sourceIP{}
-	return libp2p.QUICReuse(
-		func(l fx.Lifecycle, reset quic.StatelessResetKey, token quic.TokenGeneratorKey, opts ...quicreuse.Option) (*quicreuse.ConnManager, error) {
-			cm, err := quicreuse.NewConnManager(reset, token, opts...)
-			if err != nil {
-				return nil, err
-			}
-			// A conn manager given to libp2p is not closed by it.
-			l.Append(fx.StopHook(cm.Close))
-			return cm, nil
-		},
-		quicreuse.OverrideSourceIPSelector(func() (quicreuse.SourceIPSelector, error) { return src, nil }),
-		quicreuse.OverrideListenUDP(func(_ string, addr *net.UDPAddr) (net.PacketConn, error) {
-			src.ip.Store(&addr.IP)
-			return sn.NewEndpoint(addr, link), nil
-		}),
-	)
-}
 
-// sourceIP answers QUIC's question of which local address reaches a
-// destination: the node's one simnet address.
-type sourceIP struct{ ip atomic.Pointer[net.IP] }
-
-func (s *sourceIP) PreferredSourceIPForDestination(*net.UDPAddr) (net.IP, error) {
-	return *s.ip.Load(), nil
-}
 
 // Len is the number of nodes, running or crashed.
 func (s *Sim) Len() int { return len(s.members) }

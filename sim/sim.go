@@ -346,8 +346,6 @@ func (s *Sim) host(m *member) (host.Host, error) {
 	return simnetHost(m.key, m.addr, s.net, simnet.NodeBiDiLinkSettings{Uplink: link, Downlink: link})
 }
 
-
-
 // Len is the number of nodes, running or crashed.
 func (s *Sim) Len() int { return len(s.members) }
 

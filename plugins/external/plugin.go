@@ -258,8 +258,13 @@ func (p *Plugin) Call(ctx context.Context, method string, args json.RawMessage) 
 			return nil, fmt.Errorf("plugin %s ended mid-call: %w", p.file, proc.exitErr())
 		}
 		if r.Error != nil {
-			if ctx.Err() != nil { // it gave up at the deadline it was sent
-				return r.Error.Data, fmt.Errorf("%w: %s", ctx.Err(), r.Error.Message)
+			// It gave up at the deadline it was sent: say so as the
+			// caller's context would (whose timer may lag the clock).
+			if err := ctx.Err(); err != nil {
+				return r.Error.Data, fmt.Errorf("%w: %s", err, r.Error.Message)
+			}
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+				return r.Error.Data, fmt.Errorf("%w: %s", context.DeadlineExceeded, r.Error.Message)
 			}
 			return r.Error.Data, errors.New(r.Error.Message)
 		}

@@ -380,6 +380,14 @@ func (r *Replica) Prefix(prefix string) []*Signed {
 	return r.state.Prefix(prefix)
 }
 
+// Children returns the live entries one segment below prefix, by key
+// (see State.Children).
+func (r *Replica) Children(prefix string) []*Signed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Children(prefix)
+}
+
 // Hash is the strong hash of the whole state (see State.Hash).
 func (r *Replica) Hash() [32]byte {
 	r.mu.Lock()

@@ -119,6 +119,33 @@ func (s *State) Prefix(prefix string) []*Signed {
 	return out
 }
 
+// Children returns the live entries whose key is prefix and one more
+// segment (no further '/'), by key, skipping what lies below each: the
+// jobs of jobs/, not their acks. prefix should end in '/'.
+func (s *State) Children(prefix string) []*Signed {
+	var out []*Signed
+	from := prefix
+	for from != "" {
+		next := ""
+		s.keys.AscendGreaterOrEqual(from, func(k string) bool {
+			if !strings.HasPrefix(k, prefix) {
+				return false
+			}
+			if i := strings.IndexByte(k[len(prefix):], '/'); i >= 0 {
+				// Past this child's subtree: '0' is the byte after '/'.
+				next = k[:len(prefix)+i] + "0"
+				return false
+			}
+			if e := s.entries[k]; !e.Deleted {
+				out = append(out, e)
+			}
+			return true
+		})
+		from = next
+	}
+	return out
+}
+
 // Len is the number of keys held, tombstones included.
 func (s *State) Len() int { return len(s.entries) }
 

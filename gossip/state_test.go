@@ -413,3 +413,44 @@ func TestPrefixMatchesAScan(t *testing.T) {
 		t.Fatalf("%d keys indexed for %d entries", s.keys.Len(), len(s.entries))
 	}
 }
+
+// Children lists exactly the live keys one segment below the prefix, as a
+// scan of every entry finds them, skipping whole subtrees.
+func TestChildrenMatchesAScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	a := newAuthor(t, rng)
+	s := NewState(NewTrust())
+	now := t0
+	ids := []string{"a", "a-b", "a.c", "a0", "ab", "b", "b_1"}
+	for i := range 2000 {
+		now = now.Add(time.Second)
+		id := ids[rng.IntN(len(ids))]
+		key := "tribes/" + id
+		switch rng.IntN(3) {
+		case 0:
+			key += "/plugins/" + ids[rng.IntN(len(ids))]
+		case 1:
+			key += "/tasks/" + ids[rng.IntN(len(ids))]
+		}
+		if _, err := s.Apply(a.write(t, now, key, "v", rng.IntN(4) == 0), now); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 != 99 {
+			continue
+		}
+		var want []string
+		for k, e := range s.entries {
+			if !e.Deleted && strings.HasPrefix(k, "tribes/") && !strings.Contains(k[len("tribes/"):], "/") {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(want)
+		var got []string
+		for _, e := range s.Children("tribes/") {
+			got = append(got, e.Key)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: Children %v, want %v", i, got, want)
+		}
+	}
+}

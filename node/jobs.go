@@ -111,13 +111,11 @@ func isJobKey(key string) bool {
 	return strings.HasPrefix(key, jobsPrefix) && !strings.Contains(key[len(jobsPrefix):], "/")
 }
 
-// knownJobs are the readable live jobs.
+// knownJobs are the readable live jobs (not their acks: a writer holds
+// every target's, and the job loop reads the jobs at each step).
 func (n *Node) knownJobs() []*jobs.Job {
 	var out []*jobs.Job
-	for _, e := range n.replica.Prefix(jobsPrefix) {
-		if !isJobKey(e.Key) {
-			continue
-		}
+	for _, e := range n.replica.Children(jobsPrefix) {
 		if j, _, err := n.job(e); err == nil {
 			out = append(out, j)
 		}

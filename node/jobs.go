@@ -49,6 +49,11 @@ type jobSet struct {
 	cache map[string]cachedJob // decoded job entries, by key
 	acks  map[string]cachedAck // decoded own acks, by job id
 	self  string               // this node's peer ID, as in ack keys
+	// targets maps the 8-byte target hashes jobs carry to the node
+	// records' peer IDs, kept by a watcher (initJobTargets): a job's
+	// status looks up each of its targets, and would otherwise hash
+	// every node's ID at every ack.
+	targets map[[8]byte]string
 	// waiting are the job streams that wait for this node's final ack
 	// of their job, by job id (see serveJob).
 	waiting map[string]chan *gossip.Signed
@@ -463,6 +468,35 @@ func (n *Node) collectJobs() {
 	}
 }
 
+// initJobTargets indexes the node records by target hash and keeps the
+// index current. It runs in New, before the node talks to anyone.
+func (n *Node) initJobTargets() {
+	s := &n.jobs
+	s.targets = map[[8]byte]string{}
+	index := func(c gossip.Change) {
+		id := strings.TrimPrefix(c.Key, nodesPrefix)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if c.New == nil || c.New.Deleted {
+			delete(s.targets, jobs.TargetHash(id))
+			return
+		}
+		s.targets[jobs.TargetHash(id)] = id
+	}
+	n.replica.Watch(nodesPrefix, index)
+	for _, e := range n.replica.Prefix(nodesPrefix) {
+		index(gossip.Change{Key: e.Key, New: e})
+	}
+}
+
+// targetByHash is the peer ID of a node record whose target hash is h.
+func (n *Node) targetByHash(h [8]byte) (string, bool) {
+	n.jobs.mu.Lock()
+	defer n.jobs.mu.Unlock()
+	id, ok := n.jobs.targets[h]
+	return id, ok
+}
+
 // summarize is a job across its targets, as this node knows it.
 func (n *Node) summarize(j *jobs.Job) jobs.Summary {
 	s, _ := n.summarizeSized(j)
@@ -482,9 +516,5 @@ func (n *Node) summarizeSized(j *jobs.Job) (jobs.Summary, int) {
 		}
 		acks[e.Key[strings.LastIndexByte(e.Key, '/')+1:]] = a
 	}
-	var known []string
-	for _, e := range n.replica.Prefix(nodesPrefix) {
-		known = append(known, strings.TrimPrefix(e.Key, nodesPrefix))
-	}
-	return jobs.Summarize(j, acks, known, n.now()), size
+	return jobs.Summarize(j, acks, n.targetByHash, n.now()), size
 }

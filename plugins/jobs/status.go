@@ -27,14 +27,11 @@ type Summary struct {
 }
 
 // Summarize puts together a job's targets, from the acks written (by peer
-// ID) and the peer IDs of the nodes known here (to name the targets that
-// have not acked). A target that never acked is pending, or expired once
+// ID) and known, which names a node known here by its target hash (to name
+// the targets that have not acked; nil knows none). A target that never acked is pending, or expired once
 // the job has expired; a job that takes new members counts whoever acked.
-func Summarize(j *Job, acks map[string]Ack, known []string, now time.Time) Summary {
+func Summarize(j *Job, acks map[string]Ack, known func(h [8]byte) (id string, ok bool), now time.Time) Summary {
 	byHash := map[[8]byte]string{}
-	for _, id := range known {
-		byHash[TargetHash(id)] = id
-	}
 	for id := range acks {
 		byHash[TargetHash(id)] = id
 	}
@@ -43,6 +40,9 @@ func Summarize(j *Job, acks map[string]Ack, known []string, now time.Time) Summa
 	for i := 0; i+8 <= len(j.Targets); i += 8 {
 		h := [8]byte(j.Targets[i : i+8])
 		id, ok := byHash[h]
+		if !ok && known != nil {
+			id, ok = known(h)
+		}
 		if !ok {
 			s.Targets = append(s.Targets, Target{Hash: hex.EncodeToString(h[:]), Ack: unacked(j, now)})
 			continue

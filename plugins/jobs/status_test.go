@@ -8,12 +8,21 @@ import (
 	"time"
 )
 
+// knowing names the nodes ids by their target hashes.
+func knowing(ids ...string) func([8]byte) (string, bool) {
+	m := map[[8]byte]string{}
+	for _, id := range ids {
+		m[TargetHash(id)] = id
+	}
+	return func(h [8]byte) (string, bool) { id, ok := m[h]; return id, ok }
+}
+
 func TestSummarize(t *testing.T) {
 	j := job("a", 1)
 	j.SetTargets([]string{"n1", "n2", "n3", "gone"})
 	now := t0.Add(time.Minute)
 	acks := map[string]Ack{"n1": {State: Done, Ended: now}, "n2": {State: Running}}
-	s := Summarize(j, acks, []string{"n1", "n2", "n3"}, now)
+	s := Summarize(j, acks, knowing("n1", "n2", "n3"), now)
 	if s.State != Pending || len(s.Targets) != 4 || !s.Finished.IsZero() {
 		t.Fatalf("%+v", s)
 	}
@@ -27,7 +36,7 @@ func TestSummarize(t *testing.T) {
 	}
 	// After expiry, targets that never acked are expired and the job failed.
 	s = Summarize(j, map[string]Ack{"n1": {State: Done, Ended: now}, "n2": {State: Done, Ended: now}},
-		[]string{"n1", "n2", "n3"}, j.Expires)
+		knowing("n1", "n2", "n3"), j.Expires)
 	if s.State != Failed || !s.Finished.Equal(j.Expires) {
 		t.Fatalf("after expiry: %+v", s)
 	}

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // saveInterval is how often changed remembered peers are written out (new
@@ -146,6 +149,9 @@ func (n *Node) discoveryLoop() {
 		if short {
 			n.dialAll(n.remembered.due(n.now(), n.isConnected), true)
 		}
+		if need := n.cfg.TargetPeers - len(n.ConnectedPeers()); need > 0 {
+			n.dialAll(n.recordPeers(need), false)
+		}
 		if short && tableSize() > 0 {
 			n.findPeers(disc, ns)
 		}
@@ -162,6 +168,71 @@ func (n *Node) discoveryLoop() {
 			return
 		}
 	}
+}
+
+// recordPeers picks up to max peers at random from the node records in the
+// replicated state: dialable (see dialable), not connected, with addresses. Peer
+// exchange through the state, which a node with one peer already has: it
+// finds the rest without waiting on the DHT (whose queries a loaded node
+// can wait a minute for) and spreads a join storm's joiners over the
+// fleet instead of their one seed.
+func (n *Node) recordPeers(max int) []peer.AddrInfo {
+	es := n.replica.Prefix(nodesPrefix)
+	n.rngMu.Lock()
+	n.rng.Shuffle(len(es), func(i, j int) { es[i], es[j] = es[j], es[i] })
+	n.rngMu.Unlock()
+	var out []peer.AddrInfo
+	for _, e := range es {
+		if len(out) >= max {
+			break
+		}
+		id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
+		if err != nil || id == n.host.ID() || n.isConnected(id) || !n.dialable(id) {
+			continue
+		}
+		var rec struct {
+			Addrs []string `json:"addrs"`
+		}
+		if json.Unmarshal(e.Value, &rec) != nil {
+			continue
+		}
+		var addrs []ma.Multiaddr
+		for _, s := range rec.Addrs {
+			if a, err := ma.NewMultiaddr(s); err == nil {
+				addrs = append(addrs, a)
+			}
+		}
+		for _, ai := range peerInfos(addrs) {
+			if ai.ID == id && len(ai.Addrs) > 0 {
+				out = append(out, ai)
+			}
+		}
+	}
+	return out
+}
+
+// dialable reports whether a node's record is worth a dial: it has not
+// left, and it was heard from lately (presence) or wrote its record lately
+// (a node that just started has sent no presence yet).
+func (n *Node) dialable(id peer.ID) bool {
+	v := n.view(id)
+	timeout := 3 * n.cfg.PresenceInterval
+	switch v.state(n.now(), timeout) {
+	case Left:
+		return false
+	case Dead:
+		return v.record != 0 && n.now().Sub(v.record.Wall()) < timeout
+	}
+	return true
+}
+
+// peerInfos groups full /p2p/ addresses by peer.
+func peerInfos(addrs []ma.Multiaddr) []peer.AddrInfo {
+	ais, err := peer.AddrInfosFromP2pAddrs(addrs...)
+	if err != nil {
+		return nil
+	}
+	return ais
 }
 
 // findPeers dials cluster peers found under the rendezvous key until the

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
@@ -140,4 +141,19 @@ func TestJoinOfItselfIsIgnored(t *testing.T) {
 	if j := joinOf(t, a); j.ID != a.ID().String() {
 		t.Fatalf("join status: %+v", j)
 	}
+}
+
+// Two nodes that joined the same seed find each other through the node
+// records the state brings them: no DHT, no mDNS.
+func TestPeersFoundThroughTheirRecords(t *testing.T) {
+	ac := loopbackConfig(t, "a")
+	ac.DHT = false
+	a := startNode(t, ac)
+	var ns []*Node
+	for _, name := range []string{"b", "c"} {
+		c := loopbackConfig(t, name)
+		c.DHT, c.Join, c.DiscoveryInterval = false, []string{tcpAddr(a)}, 200*time.Millisecond
+		ns = append(ns, startNode(t, c))
+	}
+	waitFor(t, "b and c connected to each other", func() bool { return ns[0].isConnected(ns[1].ID()) })
 }

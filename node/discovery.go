@@ -181,13 +181,16 @@ func (n *Node) recordPeers(max int) []peer.AddrInfo {
 	n.rngMu.Lock()
 	n.rng.Shuffle(len(es), func(i, j int) { es[i], es[j] = es[j], es[i] })
 	n.rngMu.Unlock()
+	rules := n.rules()
 	var out []peer.AddrInfo
 	for _, e := range es {
 		if len(out) >= max {
 			break
 		}
+		// Only nodes that count: a stranger's record could name any
+		// address, and every node short of peers would dial it.
 		id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
-		if err != nil || id == n.host.ID() || n.isConnected(id) || !n.dialable(id) {
+		if err != nil || id == n.host.ID() || n.isConnected(id) || !rules.Counts(id) || !n.dialable(id) {
 			continue
 		}
 		var rec struct {
@@ -197,7 +200,7 @@ func (n *Node) recordPeers(max int) []peer.AddrInfo {
 			continue
 		}
 		var addrs []ma.Multiaddr
-		for _, s := range rec.Addrs {
+		for _, s := range rec.Addrs[:min(len(rec.Addrs), maxRecordAddrs)] {
 			if a, err := ma.NewMultiaddr(s); err == nil {
 				addrs = append(addrs, a)
 			}
@@ -210,6 +213,9 @@ func (n *Node) recordPeers(max int) []peer.AddrInfo {
 	}
 	return out
 }
+
+// maxRecordAddrs bounds the addresses of one record that are dialled.
+const maxRecordAddrs = 8
 
 // dialable reports whether a node's record is worth a dial: it has not
 // left, and it was heard from lately (presence) or wrote its record lately

@@ -133,17 +133,23 @@ func (n *Node) discoveryLoop() {
 		tableSize = func() int { return n.dht.RoutingTable().Size() }
 	}
 	ns := rendezvous(n.cfg.Cluster)
-	var nextAdvertise time.Time
+	var nextAdvertise atomic.Int64 // unix nanoseconds
+	var advertising atomic.Bool
 	for {
-		if tableSize() > 0 && !n.now().Before(nextAdvertise) {
-			ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
-			if _, err := disc.Advertise(ctx, ns); err != nil {
-				n.log.Debug("rendezvous: advertise", "err", err)
-				nextAdvertise = n.now().Add(n.cfg.DiscoveryInterval)
-			} else {
-				nextAdvertise = n.now().Add(n.cfg.AdvertiseInterval)
-			}
-			cancel()
+		// Advertising is a DHT walk that a loaded node can wait a minute
+		// for: it runs beside the loop, one at a time, never in its way.
+		if tableSize() > 0 && n.now().UnixNano() >= nextAdvertise.Load() && advertising.CompareAndSwap(false, true) {
+			n.spawn(func() {
+				defer advertising.Store(false)
+				ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+				defer cancel()
+				next := n.cfg.AdvertiseInterval
+				if _, err := disc.Advertise(ctx, ns); err != nil {
+					n.log.Debug("rendezvous: advertise", "err", err)
+					next = n.cfg.DiscoveryInterval
+				}
+				nextAdvertise.Store(n.now().Add(next).UnixNano())
+			})
 		}
 		short := len(n.ConnectedPeers()) < n.cfg.TargetPeers
 		if short {
@@ -241,10 +247,14 @@ func peerInfos(addrs []ma.Multiaddr) []peer.AddrInfo {
 	return ais
 }
 
+// findPeersTimeout bounds one rendezvous lookup: the loop tries again at
+// its next round rather than wait on a slow DHT.
+const findPeersTimeout = 15 * time.Second
+
 // findPeers dials cluster peers found under the rendezvous key until the
 // node has TargetPeers.
 func (n *Node) findPeers(disc *drouting.RoutingDiscovery, ns string) {
-	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(n.ctx, findPeersTimeout)
 	defer cancel()
 	found, err := disc.FindPeers(ctx, ns, discovery.Limit(4*n.cfg.TargetPeers))
 	if err != nil {

@@ -65,6 +65,7 @@ type loadedPlugin struct {
 
 // pluginSet is the node's loaded plugins by "<tribe>/<plugin>".
 type pluginSet struct {
+	syncMu sync.Mutex // one syncPlugins at a time (it loads outside mu)
 	mu     sync.Mutex
 	loaded map[string]*loadedPlugin
 }
@@ -123,13 +124,16 @@ func (s *pluginSet) byName(name string) []string {
 
 // closeAll unloads everything (the node is closing).
 func (s *pluginSet) closeAll() {
+	s.syncMu.Lock() // after a sync under way: what it starts is closed too
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, l := range s.loaded {
+	gone := slices.Collect(maps.Values(s.loaded))
+	clear(s.loaded)
+	s.mu.Unlock()
+	for _, l := range gone {
 		if l.inst != nil {
 			l.inst.Close()
 		}
-		delete(s.loaded, k)
 	}
 }
 
@@ -238,27 +242,39 @@ func (n *Node) ownTribesAnd(kind string) (member map[string]bool, entries []*gos
 // syncPlugins loads, reloads and unloads to match wantedPlugins, and
 // reports whether anything changed.
 func (n *Node) syncPlugins() bool {
-	want := n.wantedPlugins()
 	s := &n.plugins
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	want := n.wantedPlugins()
+	var gone []*loadedPlugin
+	var add []string
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	changed := false
 	for k, l := range s.loaded {
 		if w, ok := want[k]; ok && maps.Equal(w.config, l.config) && (w.err != nil) == l.unreadable &&
 			sameBinary(w.binary, l.shared) && !l.retry {
 			continue // the same entry gives the same outcome
 		}
-		if l.inst != nil {
-			l.inst.Close()
-		}
+		gone = append(gone, l)
 		delete(s.loaded, k)
-		changed = true
 		n.log.Info("plugin unloaded", "plugin", k)
 	}
 	for _, k := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := s.loaded[k]; ok {
-			continue
+		if _, ok := s.loaded[k]; !ok {
+			add = append(add, k)
 		}
+	}
+	s.mu.Unlock()
+	// Stopping and starting take time (an external plugin's shutdown
+	// grace, its handshake, a shared binary's hash): outside the lock that
+	// every call's authorisation takes, so calls to the other plugins go
+	// on meanwhile.
+	for _, l := range gone {
+		if l.inst != nil {
+			l.inst.Close()
+		}
+	}
+	loaded := map[string]*loadedPlugin{}
+	for _, k := range add {
 		tribe, name, _ := strings.Cut(k, "/")
 		w := want[k]
 		l := &loadedPlugin{config: w.config, err: w.err, unreadable: w.err != nil, shared: w.binary}
@@ -269,15 +285,17 @@ func (n *Node) syncPlugins() bool {
 		default:
 			l.inst, l.err = n.registry.Load(name, tribe, l.config)
 		}
-		s.loaded[k] = l
-		changed = true
+		loaded[k] = l
 		if l.err != nil {
 			n.log.Warn("plugin failed to load", "plugin", k, "err", l.err)
 		} else {
 			n.log.Info("plugin loaded", "plugin", k, "version", l.inst.Version())
 		}
 	}
-	return changed
+	s.mu.Lock()
+	maps.Copy(s.loaded, loaded)
+	s.mu.Unlock()
+	return len(gone) > 0 || len(add) > 0
 }
 
 func sameBinary(a, b *sharedBinary) bool {

@@ -92,6 +92,10 @@ type sharing struct {
 	serving      *gossip.Slots
 }
 
+// fetchHeaderMax bounds the first line of a fetch's answer ({"size": N}
+// or {"error": ...}).
+const fetchHeaderMax = 1024
+
 // maxFetchServing bounds the plugin fetches a node serves at once (one per
 // peer): a binary can be 256 MiB, and members fetch it once each.
 const maxFetchServing = 4
@@ -221,8 +225,10 @@ func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
 		return err
 	}
 	s.CloseWrite()
-	br := bufio.NewReader(s)
-	line, err := br.ReadBytes('\n')
+	// The answer's first line is small: a peer that sends more without
+	// a newline is cut off there (ErrBufferFull), not buffered.
+	br := bufio.NewReaderSize(s, fetchHeaderMax)
+	line, err := br.ReadSlice('\n')
 	if err != nil {
 		return fmt.Errorf("no answer: %w", err)
 	}

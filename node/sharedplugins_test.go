@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/libp2p/go-libp2p/core/network"
+
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -127,5 +129,19 @@ func TestSharedPlugin(t *testing.T) {
 	answer.ReadFrom(st)
 	if !strings.Contains(answer.String(), "not 64 lower-case hex digits") || admin.sharing.refused.Load() != 1 {
 		t.Errorf("a malformed fetch: %q, %d refused", answer.String(), admin.sharing.refused.Load())
+	}
+}
+
+// A peer that answers a fetch with an endless first line is cut off at
+// fetchHeaderMax, not buffered.
+func TestPluginFetchHeaderIsBounded(t *testing.T) {
+	admin, stranger := adminAndStranger(t)
+	stranger.host.SetStreamHandler(PluginFetchProtocol, func(s network.Stream) {
+		defer s.Close()
+		s.Write(bytes.Repeat([]byte("x"), 64*fetchHeaderMax))
+	})
+	bin := &sharedBinary{Version: "1", SHA256: strings.Repeat("ab", 32), Size: 10}
+	if err := admin.fetchFrom(stranger.ID(), "x", bin); err == nil || !strings.Contains(err.Error(), "buffer full") {
+		t.Fatalf("an endless first line: %v", err)
 	}
 }

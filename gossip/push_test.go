@@ -94,23 +94,27 @@ func TestReplicaPush(t *testing.T) {
 	}
 }
 
-// TestPushIsBounded: a peer gets one push at a time; a second while the
-// first is held open is refused and counted, and one cut short is counted.
+// TestPushIsBounded: a peer gets maxPushingPerPeer pushes at a time; one
+// more while those are held open is refused and counted, and those cut
+// short are counted.
 func TestPushIsBounded(t *testing.T) {
 	n := newTestNet(t)
 	a := n.peer(t)
-	held, err := a.NewStream(context.Background(), n.h.ID(), PushProtocol)
-	if err != nil {
-		t.Fatal(err)
+	for range maxPushingPerPeer {
+		held, err := a.NewStream(context.Background(), n.h.ID(), PushProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held.Write([]byte{0x0a}) // the start of an entry, then nothing
+		defer held.Reset()
 	}
-	held.Write([]byte{0x0a}) // the start of an entry, then nothing
-	waitFor(t, func() bool { return n.r.pushing.inUse() == 1 })
+	waitFor(t, func() bool { return n.r.pushing.inUse() == maxPushingPerPeer })
 	if got := pushRaw(t, n, a, ownRecord(t, a)); got != -1 {
-		t.Fatalf("a second push while one is held: answer %d, want a reset", got)
+		t.Fatalf("one more push while %d are held: answer %d, want a reset", maxPushingPerPeer, got)
 	}
-	held.Reset()
+	a.Network().ClosePeer(n.h.ID()) // the held ones end, cut short
 	waitFor(t, func() bool {
-		return n.r.Rejected()["push_cut_short"] == 1 && n.r.pushing.inUse() == 0
+		return n.r.Rejected()["push_cut_short"] == maxPushingPerPeer && n.r.pushing.inUse() == 0
 	})
 	if got := n.r.Rejected()["push_busy"]; got != 1 {
 		t.Fatalf("push_busy = %d, want 1", got)

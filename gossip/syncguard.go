@@ -74,11 +74,14 @@ const (
 	maxServingPerPeer = 2
 )
 
-// Bounds of the pushes this node takes at once: a push is one entry a
-// node sends as it leaves, so one per peer is plenty.
+// Bounds of the pushes this node takes at once. A push is one entry: a
+// node's farewell as it leaves, or a job target's ack to the job's writer
+// (its running ack and final acks of parallel jobs may overlap), so a few
+// per peer are plenty; a writer of a job to many targets takes many peers'
+// at once.
 const (
 	maxPushing        = 64
-	maxPushingPerPeer = 1
+	maxPushingPerPeer = 4
 )
 
 // slots counts the streams being served, in all and by peer: at most max

@@ -63,7 +63,7 @@ func (r *Replica) servePush(s network.Stream) {
 	// Bounded like sync's serving: a peer in its cool-down is not served,
 	// and a few pushes at once are plenty (one entry each, as a node
 	// leaves).
-	if r.penalties.active(from, r.now()) || !r.pushing.acquire(from) {
+	if r.penalties.active(from, r.now()) || !r.pushing.Acquire(from) {
 		r.counters.pushBusy.Add(1)
 		s.Reset()
 		return
@@ -72,7 +72,7 @@ func (r *Replica) servePush(s network.Stream) {
 	// again as soon as it reads one must find it free.
 	s.SetDeadline(time.Now().Add(pushTimeout))
 	ok, err := r.takePushed(s, from)
-	r.pushing.release(from)
+	r.pushing.Release(from)
 	if err != nil {
 		r.counters.pushCutShort.Add(1)
 		s.Reset()

@@ -84,8 +84,8 @@ type Replica struct {
 
 	// Guards of the sync protocol (syncguard.go).
 	penalties cooldown
-	serving   slots
-	pushing   slots // see push.go
+	serving   Slots
+	pushing   Slots // see push.go
 	warns     warnLimit
 
 	ctx    context.Context

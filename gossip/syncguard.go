@@ -84,10 +84,11 @@ const (
 	maxPushingPerPeer = 4
 )
 
-// slots counts the streams being served, in all and by peer: at most max
+// Slots counts the streams being served, in all and by peer: at most max
 // and perPeer (maxServing and maxServingPerPeer when zero, the pulls'
-// bounds).
-type slots struct {
+// bounds). The sync and push servers use it, and other protocols'
+// servers (NewSlots).
+type Slots struct {
 	max, perPeer int
 
 	mu     sync.Mutex
@@ -95,8 +96,8 @@ type slots struct {
 	byPeer map[peer.ID]int
 }
 
-// acquire takes a slot for p, unless the bounds are reached.
-func (s *slots) acquire(p peer.ID) bool {
+// Acquire takes a slot for p, unless the bounds are reached.
+func (s *Slots) Acquire(p peer.ID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	max, perPeer := cmp.Or(s.max, maxServing), cmp.Or(s.perPeer, maxServingPerPeer)
@@ -111,8 +112,8 @@ func (s *slots) acquire(p peer.ID) bool {
 	return true
 }
 
-// release gives back a slot acquire took for p.
-func (s *slots) release(p peer.ID) {
+// Release gives back a slot Acquire took for p.
+func (s *Slots) Release(p peer.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total--
@@ -122,7 +123,7 @@ func (s *slots) release(p peer.ID) {
 }
 
 // inUse is the number of pulls being served.
-func (s *slots) inUse() int {
+func (s *Slots) inUse() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.total
@@ -178,15 +179,5 @@ func (w *warnLimit) allow(p peer.ID, now time.Time, every time.Duration) (ok boo
 	return true, held
 }
 
-// Slots bounds how many of something run at once, in all and per peer:
-// what the sync and push servers use, for other protocols' servers.
-type Slots struct{ s slots }
-
 // NewSlots allows max at once, perPeer of them from one peer.
-func NewSlots(max, perPeer int) *Slots { return &Slots{slots{max: max, perPeer: perPeer}} }
-
-// Acquire takes a slot for p, unless a bound is reached.
-func (s *Slots) Acquire(p peer.ID) bool { return s.s.acquire(p) }
-
-// Release gives back a slot Acquire took for p.
-func (s *Slots) Release(p peer.ID) { s.s.release(p) }
+func NewSlots(max, perPeer int) *Slots { return &Slots{max: max, perPeer: perPeer} }

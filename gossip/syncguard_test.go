@@ -36,12 +36,12 @@ func TestCooldown(t *testing.T) {
 }
 
 func TestSlots(t *testing.T) {
-	var s slots
+	var s Slots
 	taken := 0
 	for i := range maxServing {
 		p := peer.ID(rune('a' + i/maxServingPerPeer))
 		for range maxServingPerPeer {
-			if s.acquire(p) {
+			if s.Acquire(p) {
 				taken++
 			}
 		}
@@ -49,18 +49,18 @@ func TestSlots(t *testing.T) {
 	if taken != maxServing || s.inUse() != maxServing {
 		t.Fatalf("%d slots taken, %d in use, want %d", taken, s.inUse(), maxServing)
 	}
-	if s.acquire("z") {
+	if s.Acquire("z") {
 		t.Fatal("a slot beyond maxServing")
 	}
 	for _, p := range []peer.ID{"a", "b", "c"} {
-		s.release(p)
+		s.Release(p)
 	}
 	for range maxServingPerPeer {
-		if !s.acquire("z") {
+		if !s.Acquire("z") {
 			t.Fatal("a released slot was not given again")
 		}
 	}
-	if s.acquire("z") {
+	if s.Acquire("z") {
 		t.Fatal("one peer got more than maxServingPerPeer")
 	}
 	if s.inUse() != maxServing-1 {

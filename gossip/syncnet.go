@@ -100,13 +100,13 @@ func (r *Replica) serveSync(s network.Stream) {
 		s.Reset()
 		return
 	}
-	if !r.serving.acquire(p) {
+	if !r.serving.Acquire(p) {
 		r.counters.syncBusy.Add(1)
 		r.log.Debug("sync: refused a pull, too many served at once", "peer", p)
 		s.Reset()
 		return
 	}
-	defer r.serving.release(p)
+	defer r.serving.Release(p)
 	s.SetDeadline(time.Now().Add(r.cfg.SyncTimeout))
 	br := bufio.NewReader(s)
 	for range maxRounds + 1 {

@@ -48,9 +48,9 @@ type jobSet struct {
 	mu    sync.Mutex
 	cache map[string]cachedJob // decoded job entries, by key
 	acks  map[string]cachedAck // decoded own acks, by job id
-	self  string               // this node's peer ID, as in ack keys
+	self  string               // this node's peer ID, as in ack keys; set in New
 	// targets maps the 8-byte target hashes jobs carry to the node
-	// records' peer IDs, kept by a watcher (initJobTargets): a job's
+	// records' peer IDs, kept by a watcher (initJobs): a job's
 	// status looks up each of its targets, and would otherwise hash
 	// every node's ID at every ack.
 	targets map[[8]byte]string
@@ -249,17 +249,9 @@ func (n *Node) syncJobWriters(ctx context.Context, writers ...peer.ID) {
 // jobWriterSyncTimeout bounds one pull from a job's writer for a status.
 const jobWriterSyncTimeout = 2 * time.Second
 
-// ownAckKey is the key of this node's ack of job id.
-func (n *Node) ownAckKey(id string) string {
-	s := &n.jobs
-	s.mu.Lock()
-	if s.self == "" {
-		s.self = n.host.ID().String()
-	}
-	self := s.self
-	s.mu.Unlock()
-	return jobsPrefix + id + "/acks/" + self
-}
+// ownAckKey is the key of this node's ack of job id (ackKey without
+// encoding the peer ID each time: the job loop asks at every step).
+func (n *Node) ownAckKey(id string) string { return jobsPrefix + id + "/acks/" + n.jobs.self }
 
 // ownAck is this node's ack of job id, decoded once per version: the job
 // loop looks at every live job's at each step.
@@ -468,10 +460,12 @@ func (n *Node) collectJobs() {
 	}
 }
 
-// initJobTargets indexes the node records by target hash and keeps the
-// index current. It runs in New, before the node talks to anyone.
-func (n *Node) initJobTargets() {
+// initJobs sets what the job code reads: this node's peer ID as ack keys
+// spell it, and the node records indexed by target hash, kept current. It
+// runs in New, before the node talks to anyone.
+func (n *Node) initJobs() {
 	s := &n.jobs
+	s.self = n.host.ID().String()
 	s.targets = map[[8]byte]string{}
 	index := func(c gossip.Change) {
 		id := strings.TrimPrefix(c.Key, nodesPrefix)

@@ -170,15 +170,11 @@ func (n *Node) Jobs(ctx context.Context, tribe string) ([]api.Job, error) {
 	// Jobs reach their targets, not every node: the trusted writers know
 	// them all, and their targets' acks.
 	n.syncJobWriters(ctx, n.replica.Trust().Peers()...)
-	var js []*jobs.Job
+	out := []api.Job{}
 	for _, j := range n.knownJobs() {
 		if tribe == "" || slices.Contains(j.Tribes, tribe) {
-			js = append(js, j)
+			out = append(out, n.jobView(j, false))
 		}
-	}
-	out := []api.Job{}
-	for _, j := range js {
-		out = append(out, n.jobView(j, false))
 	}
 	slices.SortFunc(out, func(a, b api.Job) int {
 		if c := a.Created.Compare(b.Created); c != 0 {

@@ -321,7 +321,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n.presence.heard = map[peer.ID]time.Time{}
 	n.presence.sent = map[peer.ID]time.Time{}
 	n.initAuthority()
-	n.initJobTargets()
+	n.initJobs()
 
 	var warn error
 	n.remembered, warn = loadRemembered(filepath.Join(cfg.DataDir, rememberedFile), cfg.MaxRemembered)

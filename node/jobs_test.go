@@ -300,9 +300,11 @@ func TestJobHandOffsAreBoundedPerPeer(t *testing.T) {
 // targets wait than it keeps streams for) still gets it: the target's
 // answer fails, and it pushes the ack.
 func TestJobAckPushedWhenTheHandOffDoesNotWait(t *testing.T) {
-	a := startNode(t, loopbackConfig(t, "a"))
+	ac := loopbackConfig(t, "a")
+	ac.SyncInterval = time.Hour // the ack must come by push, not by a pull
+	a := startNode(t, ac)
 	bc := loopbackConfig(t, "b")
-	bc.Join = []string{tcpAddr(a)}
+	bc.Join, bc.SyncInterval = []string{tcpAddr(a)}, time.Hour
 	b := startNode(t, bc)
 	jobTribe(t, a, "t", "echo", []*Node{b})
 	// The job written as SubmitJob writes it, but handed by hand.
@@ -318,4 +320,7 @@ func TestJobAckPushedWhenTheHandOffDoesNotWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "b's ack on a, pushed", func() bool { return jobState(t, a, j.ID).State == "done" })
+	if n := b.jobs.acksPublished.Load(); n != 0 {
+		t.Errorf("b published %d acks: the push did not reach a", n)
+	}
 }

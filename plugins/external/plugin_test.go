@@ -72,6 +72,14 @@ func (testMethods) Flood(ctx context.Context, n int) (string, error) {
 	return "flooded", nil
 }
 
+// Garble writes n lines that are not the protocol's to stdout.
+func (testMethods) Garble(ctx context.Context, n int) (string, error) {
+	for range n {
+		os.Stdout.WriteString("not json\n")
+	}
+	return "garbled", nil
+}
+
 // Env is the plugin's environment.
 func (testMethods) Env(ctx context.Context, _ json.RawMessage) ([]string, error) {
 	return os.Environ(), nil
@@ -175,7 +183,7 @@ func TestHandshakeAndCall(t *testing.T) {
 	if p.Name() != "good" || p.Version() != "1.2.3" || p.Kind() != "processor" {
 		t.Fatalf("handshake: %s %s %s", p.Name(), p.Version(), p.Kind())
 	}
-	if want := []string{"complain", "crash", "echo", "env", "fail", "flood", "hang", "huge", "sleep"}; !equal(p.Methods(), want) {
+	if want := []string{"complain", "crash", "echo", "env", "fail", "flood", "garble", "hang", "huge", "sleep"}; !equal(p.Methods(), want) {
 		t.Fatalf("methods %v, want %v", p.Methods(), want)
 	}
 	if out, err := call(p, time.Second, "echo", `{"a":[1,2]}`); err != nil || out != `{"a":[1,2]}` {
@@ -353,5 +361,21 @@ func TestEnvAndStderrFlood(t *testing.T) {
 	allowed := stderrBurst + int(stderrPerSecond*time.Since(begin).Seconds()) + 1
 	if n := strings.Count(log.String(), `msg="plugin stderr"`); n > allowed {
 		t.Errorf("%d of 5000 stderr lines logged, at most %d allowed", n, allowed)
+	}
+}
+
+// Lines that break the protocol after the handshake are ignored, and
+// logged at most once a second; the plugin goes on answering.
+func TestGarbageAfterTheHandshake(t *testing.T) {
+	log := &syncBuffer{}
+	p := start(t, "good", log)
+	if out, err := call(p, 5*time.Second, "garble", `500`); err != nil || out != `"garbled"` {
+		t.Fatalf("garble: %s %v", out, err)
+	}
+	if out, err := call(p, time.Second, "echo", `7`); err != nil || out != "7" {
+		t.Fatalf("after the garbage: %s %v", out, err)
+	}
+	if n := strings.Count(log.String(), "not a JSON-RPC answer"); n < 1 || n > 3 {
+		t.Errorf("%d warnings for 500 bad lines, want one a second", n)
 	}
 }

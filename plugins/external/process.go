@@ -31,11 +31,12 @@ type process struct {
 	mu      sync.Mutex
 	pending map[int64]chan wire.Response
 	next    int64
-	shaken  bool // the handshake was answered
+	shaken  bool // a well-formed answer came: the handshake's, the first
 
-	bad  atomic.Int64  // lines that broke the protocol after the handshake
-	done chan struct{} // closed once the process has exited
-	err  error         // why it ended; set before done closes
+	bad      atomic.Int64  // lines that broke the protocol after the handshake
+	lastWarn atomic.Int64  // when one was last logged, unix nanoseconds
+	done     chan struct{} // closed once the process has exited
+	err      error         // why it ended; set before done closes
 }
 
 // passedEnv is what a plugin gets of the agent's environment: enough to
@@ -130,6 +131,7 @@ func (p *process) take(line []byte) {
 	shaken := p.shaken
 	var ch chan wire.Response
 	if err == nil {
+		p.shaken = true
 		ch = p.pending[r.ID]
 		delete(p.pending, r.ID)
 	}
@@ -139,8 +141,11 @@ func (p *process) take(line []byte) {
 		// Garbage before the handshake: not a plugin of this protocol.
 		p.fail(err)
 	case err != nil:
-		p.bad.Add(1)
-		p.log.Warn("a plugin wrote a line that is not a JSON-RPC answer; ignored", "plugin", p.name, "err", err)
+		// Ignored, and logged at most once a second with the count so far.
+		bad, now := p.bad.Add(1), time.Now().UnixNano()
+		if last := p.lastWarn.Load(); now-last >= int64(time.Second) && p.lastWarn.CompareAndSwap(last, now) {
+			p.log.Warn("a plugin wrote a line that is not a JSON-RPC answer; ignored", "plugin", p.name, "err", err, "bad_lines", bad)
+		}
 	case ch != nil:
 		ch <- r
 	}
@@ -272,9 +277,6 @@ func (p *process) handshake(ctx context.Context, file string) (wire.Info, error)
 	if err != nil {
 		return wire.Info{}, err
 	}
-	p.mu.Lock()
-	p.shaken = true
-	p.mu.Unlock()
 	return in, nil
 }
 

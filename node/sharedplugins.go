@@ -368,30 +368,54 @@ func (n *Node) addShared(name, file string) (*sharedBinary, error) {
 	if filepath.Base(file) != name {
 		return nil, api.BadRequest(fmt.Errorf("%s: a plugin is named after its file, here %q", file, filepath.Base(file)))
 	}
-	if fi, err := os.Stat(file); err != nil {
-		return nil, api.BadRequest(err)
-	} else if fi.Size() > maxSharedPlugin {
-		return nil, api.BadRequest(fmt.Errorf("%s is %d MiB, over the %d MiB a shared plugin may be", file, fi.Size()>>20, maxSharedPlugin>>20))
-	}
-	src, err := os.ReadFile(file)
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, api.BadRequest(err)
+	}
+	src, err := io.ReadAll(io.LimitReader(f, maxSharedPlugin+1))
+	f.Close()
+	switch {
+	case err != nil:
+		return nil, api.BadRequest(err)
+	case len(src) > maxSharedPlugin:
+		return nil, api.BadRequest(fmt.Errorf("%s is over the %d MiB a shared plugin may be", file, maxSharedPlugin>>20))
 	}
 	sum := sha256.Sum256(src)
 	b := &sharedBinary{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(src))}
 	path := n.sharedPath(b, name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, src, 0o755); err != nil {
+	if err := writeExecutable(path, src); err != nil {
 		return nil, err
 	}
 	p, err := external.Start(path, n.externalConfig())
 	if err != nil {
-		os.RemoveAll(filepath.Dir(path))
+		os.Remove(path)
 		return nil, api.BadRequest(fmt.Errorf("%s is not a plugin this agent can run: %w", file, err))
 	}
 	b.Version = p.Version()
 	p.Close()
 	return b, nil
+}
+
+// writeExecutable puts src at path through a new file renamed into place:
+// a copy at path may be running (writing over it fails, ETXTBSY).
+func writeExecutable(path string, src []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(src)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
-	ma "github.com/multiformats/go-multiaddr"
 )
 
 // saveInterval is how often changed remembered peers are written out (new
@@ -205,16 +204,8 @@ func (n *Node) recordPeers(max int) []peer.AddrInfo {
 		if json.Unmarshal(e.Value, &rec) != nil {
 			continue
 		}
-		var addrs []ma.Multiaddr
-		for _, s := range rec.Addrs[:min(len(rec.Addrs), maxRecordAddrs)] {
-			if a, err := ma.NewMultiaddr(s); err == nil {
-				addrs = append(addrs, a)
-			}
-		}
-		for _, ai := range peerInfos(addrs) {
-			if ai.ID == id && len(ai.Addrs) > 0 {
-				out = append(out, ai)
-			}
+		if as := recordAddrs(id, rec.Addrs[:min(len(rec.Addrs), maxRecordAddrs)]); len(as) > 0 {
+			out = append(out, peer.AddrInfo{ID: id, Addrs: as})
 		}
 	}
 	return out
@@ -236,15 +227,6 @@ func (n *Node) dialable(id peer.ID) bool {
 		return v.record != 0 && n.now().Sub(v.record.Wall()) < timeout
 	}
 	return true
-}
-
-// peerInfos groups full /p2p/ addresses by peer.
-func peerInfos(addrs []ma.Multiaddr) []peer.AddrInfo {
-	ais, err := peer.AddrInfosFromP2pAddrs(addrs...)
-	if err != nil {
-		return nil
-	}
-	return ais
 }
 
 // findPeersTimeout bounds one rendezvous lookup: the loop tries again at

@@ -652,6 +652,12 @@ func (n *Node) callID() string {
 // learnAddrs adds a node's recorded addresses to the peerstore, so a call
 // can dial a node this one is not connected to.
 func (n *Node) learnAddrs(id peer.ID, addrs []string) {
+	n.host.Peerstore().AddAddrs(id, recordAddrs(id, addrs), peerstore.TempAddrTTL)
+}
+
+// recordAddrs are the transport addresses of id among a node record's full
+// /p2p/ addresses; those of another peer, or malformed, are left out.
+func recordAddrs(id peer.ID, addrs []string) []ma.Multiaddr {
 	var as []ma.Multiaddr
 	for _, s := range addrs {
 		a, err := ma.NewMultiaddr(s)
@@ -662,7 +668,7 @@ func (n *Node) learnAddrs(id peer.ID, addrs []string) {
 			as = append(as, ai.Addrs...)
 		}
 	}
-	n.host.Peerstore().AddAddrs(id, as, peerstore.TempAddrTTL)
+	return as
 }
 
 func msSince(now, start time.Time) float64 {

@@ -20,9 +20,10 @@ import (
 // against go-plugin's gRPC; and each one's start (process and handshake).
 func BenchmarkEchoCall(b *testing.B) {
 	dir := b.TempDir()
-	for _, name := range []string{"grpcecho", "sdkecho"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./"+name).CombinedOutput(); err != nil {
-			b.Fatalf("go build %s: %v\n%s", name, err, out)
+	// tribe's side is its example plugin hello, built with plugins/sdk.
+	for name, pkg := range map[string]string{"grpcecho": "./grpcecho", "sdkecho": "github.com/tribeagent/tribe/plugins/examples/hello"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput(); err != nil {
+			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
 		}
 	}
 	startGRPC := func() (*plugin.Client, Client) {

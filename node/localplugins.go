@@ -2,7 +2,6 @@ package node
 
 import (
 	"path/filepath"
-	"strings"
 
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external"
@@ -28,9 +27,7 @@ func (n *Node) registerLocalPlugins() {
 		return
 	}
 	for _, err := range skipped {
-		if !strings.HasPrefix(err.Error(), filepath.Join(dir, "shared")+":") { // the shared store
-			n.log.Warn("not a plugin; skipped", "err", err)
-		}
+		n.log.Warn("not a plugin; skipped", "err", err)
 	}
 	for name, path := range found {
 		if n.registry.Has(name) {

@@ -14,8 +14,9 @@ import (
 )
 
 // Find lists the plugins in dir, name to path: the executable regular
-// files whose names are plugin names. Anything else in dir is skipped and
-// said so in skipped; a dir that does not exist holds no plugins.
+// files whose names are plugin names. Anything else in dir but a dir is
+// skipped and said so in skipped; a dir that does not exist holds no
+// plugins.
 func Find(dir string) (found map[string]string, skipped []error, err error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -31,6 +32,9 @@ func Find(dir string) (found map[string]string, skipped []error, err error) {
 		switch {
 		case err != nil:
 			skipped = append(skipped, fmt.Errorf("%s: %w", path, err))
+		case fi.IsDir():
+			// Not a plugin, and no mistake either: the agent keeps the
+			// plugins trusted writers share in shared/.
 		case !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0:
 			skipped = append(skipped, fmt.Errorf("%s: not an executable file", path))
 		case !wire.ValidName(e.Name()):

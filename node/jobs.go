@@ -128,23 +128,31 @@ func (n *Node) knownJobs() []*jobs.Job {
 	return out
 }
 
-// jobHost is the node as plugins/jobs sees it.
-type jobHost struct{ n *Node }
-
-func (h jobHost) Self() string   { return h.n.host.ID().String() }
-func (h jobHost) Now() time.Time { return h.n.now() }
-func (h jobHost) Jobs() []*jobs.Job {
-	return h.n.knownJobs()
+// jobHost is the node as plugins/jobs sees it, for one step: the live
+// jobs are read once, for both Jobs and Acks.
+type jobHost struct {
+	n    *Node
+	live []*jobs.Job
+	read bool
 }
 
-func (h jobHost) Known(id string) bool {
+func (h *jobHost) Self() string   { return h.n.jobs.self }
+func (h *jobHost) Now() time.Time { return h.n.now() }
+func (h *jobHost) Jobs() []*jobs.Job {
+	if !h.read {
+		h.live, h.read = h.n.knownJobs(), true
+	}
+	return h.live
+}
+
+func (h *jobHost) Known(id string) bool {
 	_, ok := h.n.replica.Version(jobKey(id))
 	return ok
 }
 
-func (h jobHost) Acks() map[string]jobs.Ack {
+func (h *jobHost) Acks() map[string]jobs.Ack {
 	out := map[string]jobs.Ack{}
-	for _, j := range h.n.knownJobs() {
+	for _, j := range h.Jobs() {
 		if a, ok := h.n.ownAck(j.ID); ok {
 			out[j.ID] = a
 		}
@@ -152,9 +160,9 @@ func (h jobHost) Acks() map[string]jobs.Ack {
 	return out
 }
 
-func (h jobHost) Member(tribe string) bool { return h.n.isMember(tribe, h.n.host.ID()) }
+func (h *jobHost) Member(tribe string) bool { return h.n.isMember(tribe, h.n.host.ID()) }
 
-func (h jobHost) PutAck(id string, a jobs.Ack) error {
+func (h *jobHost) PutAck(id string, a jobs.Ack) error {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -310,7 +318,7 @@ func (n *Node) jobLoop() {
 			n.collectJobs()
 			continue
 		}
-		runs, at, err := n.jobs.runner.Step(jobHost{n})
+		runs, at, err := n.jobs.runner.Step(&jobHost{n: n})
 		if err != nil && n.ctx.Err() == nil {
 			n.log.Warn("jobs", "err", err)
 		}
@@ -339,7 +347,7 @@ func (n *Node) runJob(r jobs.Run) {
 			n.log.Warn("keeping a job's output", "job", r.Job.ID, "err", err)
 		}
 	}
-	if err := n.jobs.runner.Finish(jobHost{n}, r, res); err != nil && n.ctx.Err() == nil {
+	if err := n.jobs.runner.Finish(&jobHost{n: n}, r, res); err != nil && n.ctx.Err() == nil {
 		n.log.Warn("acknowledging a job", "job", r.Job.ID, "err", err)
 	}
 	n.log.Debug("job ran", "job", r.Job.ID, "ok", res.OK, "err", res.Error)

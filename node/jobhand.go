@@ -146,7 +146,9 @@ func (n *Node) handJob(p peer.ID, e *gossip.Signed, taken func() (wait bool)) er
 // final ack of it, if there is one within jobAnswerWait.
 func (n *Node) serveJob(s network.Stream) {
 	from := s.Conn().RemotePeer()
-	if !n.jobs.handing.Acquire(from) {
+	// As a push is taken: not from a peer in its sync cool-down (it sent
+	// what no honest peer sends), and a few at a time.
+	if n.replica.Penalised(from) || !n.jobs.handing.Acquire(from) {
 		n.jobs.handBusy.Add(1)
 		s.Reset()
 		return

@@ -61,7 +61,7 @@ type jobSet struct {
 	unreadable    atomic.Int64 // job or ack entries this version cannot read
 	acksPublished atomic.Int64 // acks published because the writer was out of reach
 	handRefused   atomic.Int64 // job streams that carried no job this node takes
-	handBusy      atomic.Int64 // job streams refused because too many were open
+	handBusy      atomic.Int64 // job streams refused: too many open, or the peer cooling down
 	handing       *gossip.Slots
 	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
 }

@@ -88,7 +88,7 @@ type sharing struct {
 
 	hashMismatch atomic.Int64 // fetched bytes whose hash was not the entry's
 	refused      atomic.Int64 // fetch requests refused (not counted, malformed)
-	busy         atomic.Int64 // fetch requests refused: too many being served
+	busy         atomic.Int64 // fetch requests refused: too many served, or the peer cooling down
 	serving      *gossip.Slots
 }
 
@@ -305,7 +305,7 @@ func decodePluginFetchRequest(line []byte) (string, error) {
 // serveSharedPlugin answers a fetch from this node's shared store.
 func (n *Node) serveSharedPlugin(s network.Stream) {
 	from := s.Conn().RemotePeer()
-	if !n.sharing.serving.Acquire(from) {
+	if n.replica.Penalised(from) || !n.sharing.serving.Acquire(from) {
 		n.sharing.busy.Add(1)
 		s.Reset() // the fetcher asks the next peer
 		return

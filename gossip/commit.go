@@ -11,8 +11,8 @@ import (
 // pubsub's batches, pushes, pulls) hands them to commit, and whichever
 // holds the commit lock stores everything queued meanwhile in one store
 // transaction: one disk sync for all of them instead of one each, with no
-// delay for a write that comes alone. A job's writer takes the final acks
-// of its targets this way, 25 pushes at once in one or two syncs. The
+// delay for a write that comes alone. A job's writer takes its targets'
+// acks this way, dozens arriving at once in one or two syncs. The
 // state's lock is not held while the disk syncs: reads go on meanwhile.
 type committer struct {
 	mu    sync.Mutex // held by the goroutine committing; orders commits

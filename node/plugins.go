@@ -57,10 +57,10 @@ type loadedPlugin struct {
 	err    error
 	// unreadable: err is about the entry itself, not this host's plugin
 	unreadable bool
-	// shared is the binary a trusted writer shared, if it is one; retry
-	// says its fetch ended, so loading it again may do better.
+	// shared is the binary a trusted writer shared, if it is one, and
+	// turn the fetches' count for it when it was loaded (sharing.turn).
 	shared *sharedBinary
-	retry  bool
+	turn   int
 }
 
 // pluginSet is the node's loaded plugins by "<tribe>/<plugin>".
@@ -251,8 +251,8 @@ func (n *Node) syncPlugins() bool {
 	s.mu.Lock()
 	for k, l := range s.loaded {
 		if w, ok := want[k]; ok && maps.Equal(w.config, l.config) && (w.err != nil) == l.unreadable &&
-			sameBinary(w.binary, l.shared) && !l.retry {
-			continue // the same entry gives the same outcome
+			sameBinary(w.binary, l.shared) && !(l.shared != nil && l.err != nil && n.sharing.turn(l.shared.SHA256) != l.turn) {
+			continue // the same entry gives the same outcome (a shared plugin's: until a fetch of it ends)
 		}
 		gone = append(gone, l)
 		delete(s.loaded, k)
@@ -281,6 +281,7 @@ func (n *Node) syncPlugins() bool {
 		switch {
 		case l.err != nil:
 		case w.binary != nil:
+			l.turn = n.sharing.turn(w.binary.SHA256) // before a fetch it may start
 			l.inst, l.err = n.loadShared(name, tribe, l.config, w.binary)
 		default:
 			l.inst, l.err = n.registry.Load(name, tribe, l.config)

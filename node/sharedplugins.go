@@ -85,6 +85,7 @@ type sharing struct {
 	mu       sync.Mutex
 	fetching map[string]bool // by sha256
 	failed   map[string]string
+	turns    map[string]int // see turn
 
 	hashMismatch atomic.Int64 // fetched bytes whose hash was not the entry's
 	refused      atomic.Int64 // fetch requests refused (not counted, malformed)
@@ -151,7 +152,7 @@ func (n *Node) loadShared(name, tribe string, config map[string]string, b *share
 	}
 	if !n.sharing.fetching[b.SHA256] {
 		if n.sharing.fetching == nil {
-			n.sharing.fetching, n.sharing.failed = map[string]bool{}, map[string]string{}
+			n.sharing.fetching, n.sharing.failed, n.sharing.turns = map[string]bool{}, map[string]string{}, map[string]int{}
 		}
 		n.sharing.fetching[b.SHA256] = true
 		n.spawn(func() { n.fetchShared(name, tribe, b) })
@@ -160,8 +161,12 @@ func (n *Node) loadShared(name, tribe string, config map[string]string, b *share
 }
 
 // sharedRetry is how long a shared plugin no peer could give waits before
-// it is asked for again.
-const sharedRetry = 30 * time.Second
+// it is asked for again; sharedRetryUnconnected, when no peer that may
+// have it was connected to ask.
+const (
+	sharedRetry            = 30 * time.Second
+	sharedRetryUnconnected = 2 * time.Second
+)
 
 // fetchShared fetches b from the peers likeliest to have it, the entry's
 // writer and the tribe's members, until one gives bytes with its hash;
@@ -177,10 +182,12 @@ func (n *Node) fetchShared(name, tribe string, b *sharedBinary) {
 		}
 	}
 	var errs []error
+	asked := false
 	for _, p := range sources {
 		if n.host.Network().Connectedness(p) != network.Connected {
 			continue
 		}
+		asked = true
 		err := n.fetchFrom(p, name, b)
 		if err == nil {
 			n.log.Info("shared plugin installed", "plugin", name, "sha256", b.SHA256, "from", p)
@@ -190,22 +197,34 @@ func (n *Node) fetchShared(name, tribe string, b *sharedBinary) {
 		errs = append(errs, fmt.Errorf("%s: %w", p, err))
 		n.log.Warn("fetching a shared plugin", "plugin", name, "from", p, "err", err)
 	}
-	if len(sources) == 0 {
-		errs = append(errs, errors.New("no connected peer to ask"))
+	retry := sharedRetry
+	if !asked { // a node that just started: its peers connect in moments
+		errs, retry = []error{errors.New("no peer that may have it is connected")}, sharedRetryUnconnected
 	}
 	n.sharing.mu.Lock()
 	delete(n.sharing.fetching, b.SHA256)
+	n.sharing.turns[b.SHA256]++
 	if len(errs) > 0 {
 		n.sharing.failed[b.SHA256] = errors.Join(errs...).Error()
-		time.AfterFunc(sharedRetry, func() {
+		time.AfterFunc(retry, func() {
 			n.sharing.mu.Lock()
 			delete(n.sharing.failed, b.SHA256)
+			n.sharing.turns[b.SHA256]++
 			n.sharing.mu.Unlock()
-			n.resyncPlugins()
+			n.pokePlugins()
 		})
 	}
 	n.sharing.mu.Unlock()
-	n.resyncPlugins()
+	n.pokePlugins()
+}
+
+// turn counts, by hash, the fetches that ended and the waits after a
+// failed one that ran out: a shared plugin that did not load when the
+// count was lower may load now (syncPlugins loads it again).
+func (s *sharing) turn(sha string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.turns[sha]
 }
 
 // fetchFrom asks p for b's bytes and installs them if their hash is b's.
@@ -270,18 +289,6 @@ func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-// resyncPlugins makes the plugin loop load what failed or waited.
-func (n *Node) resyncPlugins() {
-	n.plugins.mu.Lock()
-	for _, l := range n.plugins.loaded {
-		if l.shared != nil && l.err != nil {
-			l.retry = true
-		}
-	}
-	n.plugins.mu.Unlock()
-	n.pokePlugins()
 }
 
 type pluginFetchRequest struct {

@@ -1,0 +1,240 @@
+package swim
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Transport carries the detector's messages between nodes. Its methods
+// must be safe for concurrent use and return by ctx's end.
+type Transport interface {
+	// Ping sends m to node and returns its ack.
+	Ping(ctx context.Context, node string, m Message) (Message, error)
+	// PingReq asks via to probe target for this node (via's
+	// HandlePingReq); an ack means target answered via.
+	PingReq(ctx context.Context, via, target string, m Message) (Message, error)
+}
+
+// Detector runs Members on a Transport: a probe loop and a gossip loop,
+// and the handlers of the messages other nodes send. It is safe for
+// concurrent use.
+type Detector struct {
+	cfg      Config
+	tr       Transport
+	onChange func([]Change)
+
+	mu sync.Mutex
+	m  *Members
+}
+
+// New returns a detector for cfg.Self on tr. onChange, if not nil, is
+// called with the members whose state changed here, from the detector's
+// goroutines or the handlers' callers, with no lock held (it may call
+// the detector); it must not block long.
+func New(cfg Config, tr Transport, rng *rand.Rand, onChange func([]Change)) (*Detector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if onChange == nil {
+		onChange = func([]Change) {}
+	}
+	cfg = cfg.withDefaults()
+	return &Detector{cfg: cfg, tr: tr, onChange: onChange, m: NewMembers(cfg, rng)}, nil
+}
+
+// Run probes and gossips until ctx ends.
+func (d *Detector) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { d.every(ctx, d.cfg.ProbeInterval, d.probe) })
+	wg.Go(func() { d.every(ctx, d.cfg.GossipInterval, d.gossip) })
+	wg.Wait()
+}
+
+func (d *Detector) every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f(ctx)
+		}
+	}
+}
+
+// with runs f on the core under the lock and reports its changes after.
+func (d *Detector) with(f func(m *Members) []Change) {
+	d.mu.Lock()
+	changes := f(d.m)
+	d.mu.Unlock()
+	if len(changes) > 0 {
+		d.onChange(changes)
+	}
+}
+
+// message is what to send next: the changes to piggyback.
+func (d *Detector) message() Message {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Message{Updates: d.m.Piggyback()}
+}
+
+// receive applies what a message carried.
+func (d *Detector) receive(m Message) {
+	if len(m.Updates) == 0 {
+		return
+	}
+	now := time.Now()
+	d.with(func(mb *Members) []Change { return mb.Apply(m.Updates, now) })
+}
+
+// probe probes the next member: directly, then through IndirectChecks
+// others until the probe interval ends; if nobody hears from it, it is
+// suspect.
+func (d *Detector) probe(ctx context.Context) {
+	d.mu.Lock()
+	target, ok := d.m.NextProbe()
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	ack, err := d.tr.Ping(pctx, target, d.message())
+	cancel()
+	if err == nil {
+		d.receive(ack)
+		return
+	}
+	d.mu.Lock()
+	vias := d.m.Random(d.cfg.IndirectChecks, false, target)
+	d.mu.Unlock()
+	ictx, cancel := context.WithTimeout(ctx, d.cfg.ProbeInterval-d.cfg.ProbeTimeout)
+	defer cancel()
+	answered := make(chan bool, len(vias))
+	for _, via := range vias {
+		msg := d.message()
+		go func() {
+			ack, err := d.tr.PingReq(ictx, via, target, msg)
+			if err == nil {
+				d.receive(ack)
+			}
+			answered <- err == nil
+		}()
+	}
+	for range vias {
+		if <-answered {
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	d.with(func(m *Members) []Change { return m.ProbeFailed(target, now) })
+}
+
+// gossip ends the suspicions whose time ran out and, while there are
+// changes to spread, sends them to GossipNodes random members.
+func (d *Detector) gossip(ctx context.Context) {
+	now := time.Now()
+	d.with(func(m *Members) []Change { return m.Tick(now) })
+	d.mu.Lock()
+	var to []string
+	if d.m.Pending() {
+		to = d.m.Random(d.cfg.GossipNodes, true)
+	}
+	d.mu.Unlock()
+	for _, node := range to {
+		msg := d.message()
+		if len(msg.Updates) == 0 {
+			return
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+			defer cancel()
+			if ack, err := d.tr.Ping(ctx, node, msg); err == nil {
+				d.receive(ack)
+			}
+		}()
+	}
+}
+
+// HandlePing answers a probe (or gossip) from another node.
+func (d *Detector) HandlePing(m Message) Message {
+	d.receive(m)
+	return d.message()
+}
+
+// HandlePingReq probes target for another node and answers when target
+// did; the error is why it did not (ctx bounds the wait).
+func (d *Detector) HandlePingReq(ctx context.Context, target string, m Message) (Message, error) {
+	d.receive(m)
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	defer cancel()
+	ack, err := d.tr.Ping(ctx, target, d.message())
+	if err != nil {
+		return Message{}, err
+	}
+	d.receive(ack)
+	return d.message(), nil
+}
+
+// Add makes node a member, alive, if it is not known yet.
+func (d *Detector) Add(node string) {
+	now := time.Now()
+	d.with(func(m *Members) []Change { m.Add(node, now); return nil })
+}
+
+// Remove forgets node.
+func (d *Detector) Remove(node string) {
+	d.with(func(m *Members) []Change { m.Remove(node); return nil })
+}
+
+// Announce says this node is alive in incarnation inc (or its current
+// one, if higher): at start, with an incarnation above any of an earlier
+// run's (the node uses its start time).
+func (d *Detector) Announce(inc uint64) {
+	d.with(func(m *Members) []Change { m.Announce(inc); return nil })
+}
+
+// State is what this node believes of node; ok is false for a stranger.
+func (d *Detector) State(node string) (State, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, _, ok := d.m.State(node)
+	return s, ok
+}
+
+// Stats are the detector's counters.
+type Stats struct {
+	Members int   // known, this node included
+	Bad     int64 // updates whose signature did not verify
+}
+
+func (d *Detector) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Stats{Members: d.m.Len(), Bad: d.m.Bad()}
+}
+
+// Leave says this node is leaving to up to GossipNodes × RetransmitMult
+// members at once, and waits for their acks or ctx: the members hear it
+// left instead of suspecting it. Call it before stopping Run.
+func (d *Detector) Leave(ctx context.Context) {
+	d.mu.Lock()
+	msg := Message{Updates: []Update{d.m.Leave()}}
+	to := d.m.Random(d.cfg.GossipNodes*d.cfg.RetransmitMult, true)
+	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, node := range to {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+			defer cancel()
+			d.tr.Ping(ctx, node, msg)
+		})
+	}
+	wg.Wait()
+}

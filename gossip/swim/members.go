@@ -1,0 +1,451 @@
+package swim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// State is what a node believes of a member.
+type State uint8
+
+const (
+	Alive   State = iota // answered lately, or said it is alive since the last suspicion
+	Suspect              // failed a probe; dead unless it refutes in time
+	Dead                 // suspected for the whole timeout, or declared dead
+	Left                 // said it was leaving, before it went
+)
+
+var stateNames = [...]string{"alive", "suspect", "dead", "left"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", s)
+}
+
+// Update is one claim about a member, the unit of gossip. Alive and Left
+// are said by the member itself (From == Node); Suspect and Dead by an
+// accuser (From). Sig is From's signature over the rest (Config.Sign).
+type Update struct {
+	Node        string
+	State       State
+	Incarnation uint64
+	From        string
+	Sig         []byte
+}
+
+// Message is what one node sends another: a probe, an ack, or gossip,
+// each carrying the changes the sender is spreading.
+type Message struct {
+	Updates []Update
+}
+
+// Config tunes the detector; zero fields take DefaultConfig's values.
+type Config struct {
+	// Self is this node's name among the members.
+	Self string
+	// ProbeInterval: one probe of one member per interval.
+	ProbeInterval time.Duration
+	// ProbeTimeout: an ack later than this fails the direct probe. It is
+	// a round trip plus the time to open a stream, with room for a
+	// retransmission or two.
+	ProbeTimeout time.Duration
+	// IndirectChecks: members asked to probe one that did not answer.
+	IndirectChecks int
+	// SuspicionMult scales the minimum suspicion (× log10 N ×
+	// ProbeInterval), SuspicionMaxMult the maximum (× the minimum).
+	SuspicionMult, SuspicionMaxMult int
+	// RetransmitMult: a change is sent RetransmitMult × ceil(log10(N+1))
+	// times.
+	RetransmitMult int
+	// GossipInterval and GossipNodes: while there are changes to spread,
+	// they are also sent to GossipNodes random members every interval
+	// (piggybacking alone would wait for probes).
+	GossipInterval time.Duration
+	GossipNodes    int
+	// MaxPiggyback caps the updates in one message (the others wait);
+	// MaxUpdates caps what a received message may hold.
+	MaxPiggyback, MaxUpdates int
+	// Sign signs an update this node says (its own alive or left, an
+	// accusation); nil leaves updates unsigned. It must be safe for
+	// concurrent use.
+	Sign func(Update) []byte
+	// Verify checks an update's signature before it changes anything;
+	// nil accepts all. It must be safe for concurrent use.
+	Verify func(Update) bool
+}
+
+// DefaultConfig is tuned for a fleet on one LAN or a few: memberlist's
+// LAN values, with a longer probe timeout since a probe opens a stream.
+func DefaultConfig() Config {
+	return Config{
+		ProbeInterval:    time.Second,
+		ProbeTimeout:     500 * time.Millisecond,
+		IndirectChecks:   3,
+		SuspicionMult:    4,
+		SuspicionMaxMult: 6,
+		RetransmitMult:   4,
+		GossipInterval:   200 * time.Millisecond,
+		GossipNodes:      3,
+		MaxPiggyback:     16,
+		MaxUpdates:       64,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setD(&c.ProbeInterval, d.ProbeInterval)
+	setD(&c.ProbeTimeout, d.ProbeTimeout)
+	setD(&c.GossipInterval, d.GossipInterval)
+	set(&c.IndirectChecks, d.IndirectChecks)
+	set(&c.SuspicionMult, d.SuspicionMult)
+	set(&c.SuspicionMaxMult, d.SuspicionMaxMult)
+	set(&c.RetransmitMult, d.RetransmitMult)
+	set(&c.GossipNodes, d.GossipNodes)
+	set(&c.MaxPiggyback, d.MaxPiggyback)
+	set(&c.MaxUpdates, d.MaxUpdates)
+	return c
+}
+
+// Validate reports what is wrong with c, changing nothing.
+func (c Config) Validate() error {
+	switch {
+	case c.Self == "":
+		return errors.New("swim: Self is empty")
+	case c.ProbeTimeout > 0 && c.ProbeInterval > 0 && c.ProbeTimeout >= c.ProbeInterval:
+		return fmt.Errorf("swim: probe timeout %v is not below the probe interval %v", c.ProbeTimeout, c.ProbeInterval)
+	}
+	return nil
+}
+
+// Change is a member's state as it changed here.
+type Change struct {
+	Node  string
+	State State
+}
+
+// member is what the core knows of one member.
+type member struct {
+	state State
+	inc   uint64
+	since time.Time // when it entered this state here
+	susp  *suspicion
+}
+
+// suspicion is a running suspicion: who confirmed it, and its bounds.
+type suspicion struct {
+	start   time.Time
+	from    map[string]bool
+	lo, hi  time.Duration
+	expects int // confirmations that would bring the timeout to lo
+}
+
+// Members is the pure core: the membership one node believes, the changes
+// it spreads, and the order it probes in. It is not safe for concurrent
+// use (Detector serialises it); it never blocks, sleeps or reads a clock.
+type Members struct {
+	cfg     Config
+	rng     *rand.Rand
+	inc     uint64 // this node's incarnation
+	leaving bool
+	members map[string]*member
+	names   []string        // the members' names, in no order: what Random draws from
+	index   map[string]int  // a name's place in names
+	suspect map[string]bool // the members under suspicion: all Tick looks at
+	order   []string        // this round's probe order
+	next    int
+	queue   queue
+	bad     int64 // updates that failed Verify
+}
+
+// NewMembers returns the core for cfg.Self, drawing randomness from rng.
+func NewMembers(cfg Config, rng *rand.Rand) *Members {
+	return &Members{cfg: cfg.withDefaults(), rng: rng, members: map[string]*member{},
+		index: map[string]int{}, suspect: map[string]bool{}}
+}
+
+// Len is the number of members known, this node included.
+func (m *Members) Len() int { return len(m.members) + 1 }
+
+// Bad is how many updates failed their signature check.
+func (m *Members) Bad() int64 { return m.bad }
+
+// State is what this node believes of node; ok is false for a node it
+// has never heard of.
+func (m *Members) State(node string) (s State, inc uint64, ok bool) {
+	if node == m.cfg.Self {
+		if m.leaving {
+			return Left, m.inc, true
+		}
+		return Alive, m.inc, true
+	}
+	mb, ok := m.members[node]
+	if !ok {
+		return 0, 0, false
+	}
+	return mb.state, mb.inc, true
+}
+
+// Add makes node a member, alive, unless it is known already: the node
+// learned of it elsewhere (its record arrived). It is not gossiped: the
+// member says it is alive itself when someone asks.
+func (m *Members) Add(node string, now time.Time) {
+	if node == m.cfg.Self || m.members[node] != nil {
+		return
+	}
+	m.insert(node, &member{state: Alive, since: now})
+}
+
+func (m *Members) insert(node string, mb *member) {
+	m.members[node] = mb
+	m.index[node] = len(m.names)
+	m.names = append(m.names, node)
+}
+
+// Remove forgets node (it was reaped): it is no longer probed, and
+// updates about it are taken as about a stranger.
+func (m *Members) Remove(node string) {
+	i, ok := m.index[node]
+	if !ok {
+		return
+	}
+	last := m.names[len(m.names)-1]
+	m.names[i], m.index[last] = last, i
+	m.names = m.names[:len(m.names)-1]
+	delete(m.index, node)
+	delete(m.members, node)
+	delete(m.suspect, node)
+	m.queue.drop(node)
+}
+
+// probeable reports whether node is probed: alive or suspect.
+func (mb *member) probeable() bool { return mb.state == Alive || mb.state == Suspect }
+
+// NextProbe is the member to probe now: the next of a shuffled round of
+// all alive and suspect members (a new round, newly shuffled, when one
+// ends), so every member is probed once a round.
+func (m *Members) NextProbe() (string, bool) {
+	for range 2 {
+		for m.next < len(m.order) {
+			node := m.order[m.next]
+			m.next++
+			if mb := m.members[node]; mb != nil && mb.probeable() {
+				return node, true
+			}
+		}
+		m.order = m.order[:0]
+		for node, mb := range m.members {
+			if mb.probeable() {
+				m.order = append(m.order, node)
+			}
+		}
+		m.rng.Shuffle(len(m.order), func(i, j int) { m.order[i], m.order[j] = m.order[j], m.order[i] })
+		m.next = 0
+	}
+	return "", false
+}
+
+// Random is up to k alive members (and suspect ones too, if suspects)
+// other than the ones in skip, chosen at random: the helpers of an
+// indirect probe, or where gossip goes (a suspect must hear of it to
+// refute it).
+func (m *Members) Random(k int, suspects bool, skip ...string) []string {
+	var out []string
+	ok := func(node string) bool {
+		mb := m.members[node]
+		return (mb.state == Alive || (suspects && mb.state == Suspect)) && !contains(skip, node) && !contains(out, node)
+	}
+	// Random draws first: a draw costs the same in a fleet of 5,000 as of
+	// 5. Only where most are dead or skipped does it come to a scan.
+	for range 4 * k {
+		if len(out) == k || len(m.names) == 0 {
+			return out
+		}
+		if node := m.names[m.rng.IntN(len(m.names))]; ok(node) {
+			out = append(out, node)
+		}
+	}
+	seen := len(out)
+	for _, node := range m.names {
+		if !ok(node) {
+			continue
+		}
+		seen++
+		if len(out) < k {
+			out = append(out, node)
+		} else if j := m.rng.IntN(seen); j < k {
+			out[j] = node
+		}
+	}
+	return out
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ProbeFailed starts a suspicion of node: neither it nor any helper
+// answered a probe.
+func (m *Members) ProbeFailed(node string, now time.Time) []Change {
+	mb := m.members[node]
+	if mb == nil || mb.state != Alive {
+		return nil // already suspect (its timer runs), or gone
+	}
+	return m.Apply([]Update{m.sign(Update{Node: node, State: Suspect, Incarnation: mb.inc, From: m.cfg.Self})}, now)
+}
+
+// sign completes an update this node says.
+func (m *Members) sign(u Update) Update {
+	if m.cfg.Sign != nil {
+		u.Sig = m.cfg.Sign(u)
+	}
+	return u
+}
+
+// Apply takes updates heard from another node (or said here): those that
+// change what this node believes are checked (Verify), applied and
+// spread on; the rest are dropped. Claims about this node are refuted. It
+// returns the members whose state changed.
+func (m *Members) Apply(us []Update, now time.Time) []Change {
+	var changes []Change
+	for i, u := range us {
+		if i == m.cfg.MaxUpdates {
+			break
+		}
+		if c, ok := m.apply(u, now); ok {
+			changes = append(changes, c)
+		}
+	}
+	return changes
+}
+
+func (m *Members) apply(u Update, now time.Time) (Change, bool) {
+	if u.Node == m.cfg.Self {
+		m.refute(u)
+		return Change{}, false
+	}
+	mb := m.members[u.Node]
+	confirm := false
+	switch u.State {
+	case Alive, Left:
+		if u.From != u.Node || (mb != nil && u.Incarnation <= mb.inc && !(u.State == Left && mb.state != Left && u.Incarnation == mb.inc)) {
+			return Change{}, false
+		}
+	case Suspect:
+		switch {
+		case mb == nil || mb.state == Dead || mb.state == Left || u.Incarnation < mb.inc:
+			return Change{}, false
+		case mb.state == Suspect && u.Incarnation == mb.inc:
+			if mb.susp.from[u.From] {
+				return Change{}, false
+			}
+			confirm = true
+		}
+	case Dead:
+		if mb == nil || mb.state == Dead || mb.state == Left || u.Incarnation < mb.inc {
+			return Change{}, false
+		}
+	default:
+		return Change{}, false
+	}
+	if m.cfg.Verify != nil && !m.cfg.Verify(u) {
+		m.bad++
+		return Change{}, false
+	}
+	m.queue.push(u)
+	if confirm {
+		mb.susp.from[u.From] = true
+		return Change{}, false
+	}
+	if mb == nil {
+		mb = &member{}
+		m.insert(u.Node, mb)
+	}
+	mb.state, mb.inc, mb.since, mb.susp = u.State, u.Incarnation, now, nil
+	delete(m.suspect, u.Node)
+	if u.State == Suspect {
+		m.suspect[u.Node] = true
+		n := m.Len()
+		lo := suspicionMin(m.cfg.SuspicionMult, n, m.cfg.ProbeInterval)
+		// memberlist's expectation: SuspicionMult − 2 confirmations, as
+		// many as can arrive before the minimum timeout runs out.
+		expects := max(0, min(m.cfg.SuspicionMult-2, n-2))
+		mb.susp = &suspicion{start: now, from: map[string]bool{u.From: true}, lo: lo,
+			hi: time.Duration(m.cfg.SuspicionMaxMult) * lo, expects: expects}
+	}
+	return Change{Node: u.Node, State: u.State}, true
+}
+
+// refute answers a claim about this node: a suspicion or a death of its
+// current incarnation or a later one is answered with a higher
+// incarnation, alive (unless it is leaving); one of an older incarnation
+// with the current one, for whoever missed it (a member that learned of
+// this node from its record knows no incarnation yet).
+func (m *Members) refute(u Update) {
+	if m.leaving || (u.State != Suspect && u.State != Dead) {
+		return
+	}
+	if u.Incarnation >= m.inc {
+		m.inc = u.Incarnation + 1
+	}
+	m.queue.push(m.sign(Update{Node: m.cfg.Self, State: Alive, Incarnation: m.inc, From: m.cfg.Self}))
+}
+
+// Announce spreads that this node is alive, in a new incarnation: it
+// (re)started, and anyone who declared it dead must hear otherwise.
+func (m *Members) Announce(inc uint64) {
+	m.inc = max(m.inc, inc)
+	m.queue.push(m.sign(Update{Node: m.cfg.Self, State: Alive, Incarnation: m.inc, From: m.cfg.Self}))
+}
+
+// Incarnation is this node's incarnation.
+func (m *Members) Incarnation() uint64 { return m.inc }
+
+// Leave marks this node leaving: it says so (Left) to whoever it talks to
+// next and refutes nothing after. It returns that update.
+func (m *Members) Leave() Update {
+	m.leaving = true
+	u := m.sign(Update{Node: m.cfg.Self, State: Left, Incarnation: m.inc, From: m.cfg.Self})
+	m.queue.push(u)
+	return u
+}
+
+// Tick ends the suspicions whose time ran out: those members are dead,
+// and this node says so.
+func (m *Members) Tick(now time.Time) []Change {
+	var dead []Update
+	for node := range m.suspect {
+		if mb := m.members[node]; suspicionLeft(len(mb.susp.from)-1, mb.susp.expects, now.Sub(mb.susp.start), mb.susp.lo, mb.susp.hi) == 0 {
+			dead = append(dead, m.sign(Update{Node: node, State: Dead, Incarnation: mb.inc, From: m.cfg.Self}))
+		}
+	}
+	return m.Apply(dead, now)
+}
+
+// Pending reports whether there are changes left to spread.
+func (m *Members) Pending() bool { return m.queue.len() > 0 }
+
+// Piggyback is what to send with the next message: up to MaxPiggyback of
+// the changes sent the fewest times so far, each counted as sent once
+// more and dropped when sent RetransmitMult × ceil(log10(N+1)) times.
+func (m *Members) Piggyback() []Update {
+	return m.queue.take(m.cfg.MaxPiggyback, retransmits(m.cfg.RetransmitMult, m.Len()))
+}

@@ -1,0 +1,214 @@
+package swim
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTestMembers(self string, others ...string) *Members {
+	m := NewMembers(Config{Self: self}, rand.New(rand.NewPCG(1, 2)))
+	for _, o := range others {
+		m.Add(o, t0)
+	}
+	return m
+}
+
+// TestApplyPrecedence: SWIM's rules for which claim wins, one update at a
+// time against a member in a known state.
+func TestApplyPrecedence(t *testing.T) {
+	type st struct {
+		s   State
+		inc uint64
+	}
+	for _, c := range []struct {
+		name   string
+		before *st // nil: a stranger
+		u      Update
+		want   *st // nil: a stranger still
+	}{
+		{"alive from itself, stranger", nil, Update{Node: "b", State: Alive, Incarnation: 3, From: "b"}, &st{Alive, 3}},
+		{"alive said by another", nil, Update{Node: "b", State: Alive, Incarnation: 3, From: "c"}, nil},
+		{"alive, newer incarnation", &st{Suspect, 2}, Update{Node: "b", State: Alive, Incarnation: 3, From: "b"}, &st{Alive, 3}},
+		{"alive, same incarnation, does not clear a suspicion", &st{Suspect, 2}, Update{Node: "b", State: Alive, Incarnation: 2, From: "b"}, &st{Suspect, 2}},
+		{"alive, newer, after dead", &st{Dead, 2}, Update{Node: "b", State: Alive, Incarnation: 3, From: "b"}, &st{Alive, 3}},
+		{"suspect, same incarnation", &st{Alive, 2}, Update{Node: "b", State: Suspect, Incarnation: 2, From: "c"}, &st{Suspect, 2}},
+		{"suspect, older incarnation", &st{Alive, 2}, Update{Node: "b", State: Suspect, Incarnation: 1, From: "c"}, &st{Alive, 2}},
+		{"suspect, newer incarnation", &st{Alive, 2}, Update{Node: "b", State: Suspect, Incarnation: 4, From: "c"}, &st{Suspect, 4}},
+		{"suspect of a stranger", nil, Update{Node: "b", State: Suspect, Incarnation: 0, From: "c"}, nil},
+		{"suspect of the dead", &st{Dead, 2}, Update{Node: "b", State: Suspect, Incarnation: 3, From: "c"}, &st{Dead, 2}},
+		{"dead, same incarnation", &st{Suspect, 2}, Update{Node: "b", State: Dead, Incarnation: 2, From: "c"}, &st{Dead, 2}},
+		{"dead, older incarnation", &st{Alive, 3}, Update{Node: "b", State: Dead, Incarnation: 2, From: "c"}, &st{Alive, 3}},
+		{"dead of the left stays left", &st{Left, 2}, Update{Node: "b", State: Dead, Incarnation: 2, From: "c"}, &st{Left, 2}},
+		{"left from itself", &st{Alive, 2}, Update{Node: "b", State: Left, Incarnation: 2, From: "b"}, &st{Left, 2}},
+		{"left said by another", &st{Alive, 2}, Update{Node: "b", State: Left, Incarnation: 2, From: "c"}, &st{Alive, 2}},
+		{"left, older incarnation", &st{Alive, 2}, Update{Node: "b", State: Left, Incarnation: 1, From: "b"}, &st{Alive, 2}},
+		{"an unknown state", &st{Alive, 2}, Update{Node: "b", State: 9, Incarnation: 5, From: "b"}, &st{Alive, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newTestMembers("a")
+			if c.before != nil {
+				m.members["b"] = &member{state: c.before.s, inc: c.before.inc, since: t0}
+			}
+			m.Apply([]Update{c.u}, t0)
+			s, inc, ok := m.State("b")
+			switch {
+			case c.want == nil && ok:
+				t.Fatalf("b is %v/%d, want a stranger", s, inc)
+			case c.want != nil && (!ok || s != c.want.s || inc != c.want.inc):
+				t.Fatalf("b is %v/%d (known %v), want %v/%d", s, inc, ok, c.want.s, c.want.inc)
+			}
+		})
+	}
+}
+
+// TestRefute: a claim that this node is suspect or dead is answered with
+// a higher incarnation (a stale one with the current); a leaving node
+// refutes nothing.
+func TestRefute(t *testing.T) {
+	m := newTestMembers("a", "b")
+	m.Announce(10)
+	m.Piggyback()
+	m.Apply([]Update{{Node: "a", State: Suspect, Incarnation: 10, From: "b"}}, t0)
+	if _, inc, _ := m.State("a"); inc != 11 {
+		t.Fatalf("incarnation %d after a suspicion of 10, want 11", inc)
+	}
+	if got := m.Piggyback(); len(got) != 1 || got[0].Node != "a" || got[0].State != Alive || got[0].Incarnation != 11 {
+		t.Fatalf("spreading %+v, want a's alive at 11", got)
+	}
+	m.Apply([]Update{{Node: "a", State: Dead, Incarnation: 3, From: "b"}}, t0)
+	if got := m.Piggyback(); len(got) != 1 || got[0].Incarnation != 11 || got[0].State != Alive {
+		t.Fatalf("a stale death answered with %+v, want alive at 11", got)
+	}
+	m.Leave()
+	m.Piggyback()
+	m.Apply([]Update{{Node: "a", State: Dead, Incarnation: 11, From: "b"}}, t0)
+	if s, inc, _ := m.State("a"); s != Left || inc != 11 {
+		t.Fatalf("a leaving node is %v/%d", s, inc)
+	}
+	for _, u := range m.Piggyback() {
+		if u.State == Alive {
+			t.Fatalf("a leaving node refuted: %+v", u)
+		}
+	}
+}
+
+// TestProbeRounds: every alive or suspect member is probed once per
+// round, in an order shuffled anew each round; dead and left ones never.
+func TestProbeRounds(t *testing.T) {
+	m := newTestMembers("a", "b", "c", "d", "e", "f")
+	m.members["e"].state = Dead
+	m.members["f"].state = Left
+	m.members["d"].state = Suspect
+	for round := range 5 {
+		var picks []string
+		for range 3 {
+			node, ok := m.NextProbe()
+			if !ok {
+				t.Fatal("nothing to probe")
+			}
+			picks = append(picks, node)
+		}
+		if got := slices.Sorted(slices.Values(picks)); !slices.Equal(got, []string{"b", "c", "d"}) {
+			t.Fatalf("round %d probed %v, want b, c and d once each", round, picks)
+		}
+	}
+	seen := map[string]int{}
+	m2 := newTestMembers("a", "b", "c", "d")
+	for range 300 {
+		node, _ := m2.NextProbe()
+		seen[node]++
+	}
+	if seen["b"] != 100 || seen["c"] != 100 || seen["d"] != 100 {
+		t.Fatalf("300 probes of 3 members: %v", seen)
+	}
+	if _, ok := newTestMembers("a").NextProbe(); ok {
+		t.Fatal("a node alone probed someone")
+	}
+}
+
+// TestSuspicionTimesOut: a suspicion ends dead at its maximum with no
+// confirmations, sooner with them; a refutation in time clears it.
+func TestSuspicionTimesOut(t *testing.T) {
+	// 10 members: min 4 s, max 24 s, 2 confirmations expected.
+	others := []string{"b", "c", "d", "e", "f", "g", "h", "i", "j"}
+	m := newTestMembers("a", others...)
+	m.ProbeFailed("b", t0)
+	if s, _, _ := m.State("b"); s != Suspect {
+		t.Fatalf("b is %v after a failed probe", s)
+	}
+	if ch := m.Tick(t0.Add(23900 * time.Millisecond)); len(ch) != 0 {
+		t.Fatalf("dead before the maximum: %v", ch)
+	}
+	if ch := m.Tick(t0.Add(24 * time.Second)); len(ch) != 1 || ch[0] != (Change{"b", Dead}) {
+		t.Fatalf("at the maximum: %v, want b dead", ch)
+	}
+
+	m.ProbeFailed("c", t0)
+	m.Apply([]Update{{Node: "c", State: Suspect, From: "d"}, {Node: "c", State: Suspect, From: "d"}, {Node: "c", State: Suspect, From: "e"}}, t0.Add(time.Second))
+	if ch := m.Tick(t0.Add(3900 * time.Millisecond)); len(ch) != 0 {
+		t.Fatalf("dead before the minimum: %v", ch)
+	}
+	if ch := m.Tick(t0.Add(4 * time.Second)); len(ch) != 1 || ch[0] != (Change{"c", Dead}) {
+		t.Fatalf("two confirmations: %v, want c dead at the minimum", ch)
+	}
+
+	m.ProbeFailed("d", t0)
+	m.Apply([]Update{{Node: "d", State: Alive, Incarnation: 1, From: "d"}}, t0.Add(time.Second))
+	if ch := m.Tick(t0.Add(time.Minute)); len(ch) != 0 {
+		t.Fatalf("a refuted suspicion ended: %v", ch)
+	}
+	if s, inc, _ := m.State("d"); s != Alive || inc != 1 {
+		t.Fatalf("d is %v/%d after refuting", s, inc)
+	}
+}
+
+// TestVerify: an update whose signature fails changes nothing, is
+// counted, and is not spread; one that changes nothing is not checked.
+func TestVerify(t *testing.T) {
+	checked := 0
+	m := NewMembers(Config{Self: "a", Verify: func(u Update) bool { checked++; return string(u.Sig) == "ok" }}, rand.New(rand.NewPCG(1, 2)))
+	m.Add("b", t0)
+	m.Apply([]Update{{Node: "b", State: Dead, From: "c", Sig: []byte("forged")}}, t0)
+	if s, _, _ := m.State("b"); s != Alive || m.Bad() != 1 || m.Pending() {
+		t.Fatalf("a forged death: b %v, bad %d, pending %v", s, m.Bad(), m.Pending())
+	}
+	m.Apply([]Update{{Node: "b", State: Alive, Incarnation: 0, From: "b", Sig: []byte("forged")}}, t0)
+	if checked != 1 {
+		t.Fatalf("an update that changes nothing was checked (%d checks)", checked)
+	}
+	m.Apply([]Update{{Node: "b", State: Dead, From: "c", Sig: []byte("ok")}}, t0)
+	if s, _, _ := m.State("b"); s != Dead {
+		t.Fatalf("a signed death: b %v", s)
+	}
+}
+
+// TestPiggybackLimits: a change is sent RetransmitMult × ceil(log10(N+1))
+// times and no more, at most MaxPiggyback per message, the least sent
+// first; a newer change about a member replaces the older.
+func TestPiggybackLimits(t *testing.T) {
+	m := NewMembers(Config{Self: "a", MaxPiggyback: 2}, rand.New(rand.NewPCG(1, 2)))
+	for _, o := range []string{"b", "c", "d"} {
+		m.Add(o, t0)
+	}
+	m.Apply([]Update{{Node: "b", State: Suspect, From: "x"}, {Node: "c", State: Suspect, From: "x"}, {Node: "d", State: Suspect, From: "x"}}, t0)
+	m.Apply([]Update{{Node: "b", State: Alive, Incarnation: 1, From: "b"}}, t0)
+	sent := map[string]int{}
+	for range 20 {
+		us := m.Piggyback()
+		if len(us) > 2 {
+			t.Fatalf("%d updates in one message", len(us))
+		}
+		for _, u := range us {
+			sent[u.Node+"/"+u.State.String()]++
+		}
+	}
+	// 4 members: 4 × ceil(log10 5) = 4 sends each.
+	want := map[string]int{"b/alive": 4, "c/suspect": 4, "d/suspect": 4}
+	if len(sent) != len(want) || sent["b/alive"] != 4 || sent["c/suspect"] != 4 || sent["d/suspect"] != 4 {
+		t.Fatalf("sent %v, want %v", sent, want)
+	}
+}

@@ -1,0 +1,265 @@
+package swim
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var simNodes = flag.Int("swim.nodes", 1000, "nodes in the simulated-time failure detector tests")
+
+// memNet is a simulated network for detectors, in synctest's fake time: a
+// message takes 1–5 ms, and a lost packet (loss, each way) costs a
+// retransmission 200 ms later, as on the reliable streams the node's
+// transport uses. A down node never answers.
+type memNet struct {
+	loss float64
+
+	mu    sync.Mutex
+	rng   *rand.Rand
+	nodes map[string]*Detector
+	down  map[string]bool
+}
+
+var errDown = errors.New("no answer")
+
+func (n *memNet) leg(ctx context.Context) error {
+	n.mu.Lock()
+	d := time.Millisecond + time.Duration(n.rng.Int64N(int64(4*time.Millisecond)))
+	for n.rng.Float64() < n.loss {
+		d += 200 * time.Millisecond
+	}
+	n.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *memNet) node(ctx context.Context, id string) (*Detector, error) {
+	if err := n.leg(ctx); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	d, down := n.nodes[id], n.down[id]
+	n.mu.Unlock()
+	if d == nil || down {
+		<-ctx.Done()
+		return nil, errDown
+	}
+	return d, nil
+}
+
+type memTransport struct {
+	net  *memNet
+	self string
+}
+
+func (t memTransport) Ping(ctx context.Context, to string, m Message) (Message, error) {
+	d, err := t.net.node(ctx, to)
+	if err != nil {
+		return Message{}, err
+	}
+	ack := d.HandlePing(m)
+	return ack, t.net.leg(ctx)
+}
+
+func (t memTransport) PingReq(ctx context.Context, via, target string, m Message) (Message, error) {
+	d, err := t.net.node(ctx, via)
+	if err != nil {
+		return Message{}, err
+	}
+	ack, err := d.HandlePingReq(ctx, target, m)
+	if err != nil {
+		return Message{}, err
+	}
+	return ack, t.net.leg(ctx)
+}
+
+// cluster is n detectors that all know each other, running until stop.
+type cluster struct {
+	net     *memNet
+	names   []string
+	mu      sync.Mutex
+	wrong   atomic.Int64   // a node that is up taken for suspect or dead
+	accused map[string]int // suspicions and deaths heard of, by node
+	cancel  []context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func newCluster(t *testing.T, n int, loss float64) *cluster {
+	c := &cluster{net: &memNet{loss: loss, rng: rand.New(rand.NewPCG(7, uint64(n))), nodes: map[string]*Detector{}, down: map[string]bool{}}}
+	for i := range n {
+		c.names = append(c.names, fmt.Sprintf("n%04d", i))
+	}
+	c.accused = map[string]int{}
+	for i, name := range c.names {
+		d, err := New(Config{Self: name}, memTransport{c.net, name}, rand.New(rand.NewPCG(uint64(i), 1)), func(chs []Change) {
+			c.net.mu.Lock()
+			c.mu.Lock()
+			for _, ch := range chs {
+				if ch.State == Suspect || ch.State == Dead {
+					c.accused[ch.Node]++
+					if !c.net.down[ch.Node] {
+						c.wrong.Add(1)
+					}
+				}
+			}
+			c.mu.Unlock()
+			c.net.mu.Unlock()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range c.names {
+			d.Add(other)
+		}
+		c.net.nodes[name] = d
+	}
+	for _, name := range c.names {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.cancel = append(c.cancel, cancel)
+		d := c.net.nodes[name]
+		c.wg.Go(func() { d.Run(ctx) })
+	}
+	return c
+}
+
+func (c *cluster) stop() {
+	for _, cancel := range c.cancel {
+		cancel()
+	}
+	c.wg.Wait()
+}
+
+// crash takes node i down at once, as kill -9 would.
+func (c *cluster) crash(i int) {
+	c.net.mu.Lock()
+	c.net.down[c.names[i]] = true
+	c.net.mu.Unlock()
+	c.cancel[i]()
+}
+
+// count is how many nodes other than skip believe node is in state s.
+func (c *cluster) count(node string, s State) int {
+	got := 0
+	for i, name := range c.names {
+		if name == node {
+			continue
+		}
+		if st, _ := c.net.nodes[c.names[i]].State(node); st == s {
+			got++
+		}
+	}
+	return got
+}
+
+// TestNoFalseSuspicionsUnderLoss: simulated time, 1,000 nodes (-swim.nodes),
+// 5% of packets lost each way for 10 minutes: no node that is up is ever
+// taken for suspect or dead by anyone.
+func TestNoFalseSuspicionsUnderLoss(t *testing.T) {
+	n, span := *simNodes, 10*time.Minute
+	if testing.Short() {
+		n, span = min(n, 200), 2*time.Minute
+	}
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, n, 0.05)
+		time.Sleep(span)
+		c.stop()
+		if w := c.wrong.Load(); w != 0 {
+			t.Fatalf("%d false suspicions among %d nodes in %v with 5%% loss", w, n, span)
+		}
+	})
+}
+
+// TestCrashedNodeDeadEverywhere: a crashed node is dead on every other
+// node within the documented bound: a probe round, the longest suspicion
+// (SuspicionMaxMult × SuspicionMult × log10 N × ProbeInterval) and a few
+// gossip rounds. Measured, it takes far less: others confirm the
+// suspicion and shorten it.
+func TestCrashedNodeDeadEverywhere(t *testing.T) {
+	n := *simNodes
+	if testing.Short() {
+		n = min(n, 200)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, n, 0.01)
+		time.Sleep(10 * time.Second)
+		cfg := DefaultConfig()
+		bound := time.Duration(n)*cfg.ProbeInterval/time.Duration(n-1) + time.Duration(cfg.SuspicionMaxMult)*suspicionMin(cfg.SuspicionMult, n, cfg.ProbeInterval) + 10*cfg.GossipInterval + 5*time.Second
+		victim := c.names[n/2]
+		c.crash(n / 2)
+		start := time.Now()
+		for c.count(victim, Dead) < n-1 {
+			if time.Since(start) > bound {
+				t.Fatalf("after %v only %d of %d nodes hold %s dead", bound, c.count(victim, Dead), n-1, victim)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("%d nodes: the crashed node was dead everywhere after %v (bound %v)", n, time.Since(start), bound)
+		c.stop()
+	})
+}
+
+// TestLeftNodeIsLeftNotSuspect: a node that leaves cleanly is left on
+// every other node, and nobody suspects it first.
+func TestLeftNodeIsLeftNotSuspect(t *testing.T) {
+	n := 200
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, n, 0.01)
+		time.Sleep(5 * time.Second)
+		leaver := c.names[7]
+		c.net.nodes[leaver].Leave(context.Background())
+		c.crash(7) // gone, as a stopped agent is
+		time.Sleep(time.Minute)
+		if got := c.count(leaver, Left); got != n-1 {
+			t.Fatalf("%d of %d nodes hold %s left; %d suspect, %d dead", got, n-1, leaver, c.count(leaver, Suspect), c.count(leaver, Dead))
+		}
+		c.mu.Lock()
+		accused := c.accused[leaver]
+		c.mu.Unlock()
+		if w := c.wrong.Load(); w != 0 || accused != 0 {
+			t.Fatalf("%d suspicions of nodes that were up, %d of the node that left", w, accused)
+		}
+		c.stop()
+	})
+}
+
+// TestSuspectRefutes: a node cut off for less than a suspicion lasts is
+// suspected, refutes when it hears of it, and ends alive everywhere.
+func TestSuspectRefutes(t *testing.T) {
+	n := 100
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, n, 0)
+		time.Sleep(5 * time.Second)
+		victim := c.names[3]
+		c.net.mu.Lock()
+		c.net.down[victim] = true
+		c.net.mu.Unlock()
+		for c.count(victim, Suspect) == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		c.net.mu.Lock()
+		delete(c.net.down, victim)
+		c.net.mu.Unlock()
+		time.Sleep(30 * time.Second)
+		if got := c.count(victim, Alive); got != n-1 {
+			t.Fatalf("%d of %d nodes hold %s alive after it refuted; %d suspect, %d dead", got, n-1, victim, c.count(victim, Suspect), c.count(victim, Dead))
+		}
+		if _, inc, _ := c.net.nodes[victim].m.State(victim); inc == 0 {
+			t.Fatal("the victim refuted nothing: its incarnation is still 0")
+		}
+		c.stop()
+	})
+}

@@ -246,12 +246,7 @@ func (m *Members) NextProbe() (string, bool) {
 				return node, true
 			}
 		}
-		m.order = m.order[:0]
-		for node, mb := range m.members {
-			if mb.probeable() {
-				m.order = append(m.order, node)
-			}
-		}
+		m.order = append(m.order[:0], m.names...)
 		m.rng.Shuffle(len(m.order), func(i, j int) { m.order[i], m.order[j] = m.order[j], m.order[i] })
 		m.next = 0
 	}

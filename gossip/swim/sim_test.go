@@ -21,6 +21,7 @@ var simNodes = flag.Int("swim.nodes", 1000, "nodes in the simulated-time failure
 // transport uses. A down node never answers.
 type memNet struct {
 	loss float64
+	sent atomic.Int64 // messages: probes, acks, indirect requests and answers
 
 	mu    sync.Mutex
 	rng   *rand.Rand
@@ -31,6 +32,7 @@ type memNet struct {
 var errDown = errors.New("no answer")
 
 func (n *memNet) leg(ctx context.Context) error {
+	n.sent.Add(1)
 	n.mu.Lock()
 	d := time.Millisecond + time.Duration(n.rng.Int64N(int64(4*time.Millisecond)))
 	for n.rng.Float64() < n.loss {

@@ -50,7 +50,7 @@ race:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzReadHello$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzOpenPresence$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip/swim -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeTaskWatchRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobOutputRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
@@ -73,7 +73,7 @@ fuzz:
 # every node sharing this machine's cores.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./gossip ./policy ./node
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./sim
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./sim ./gossip/swim
 	TRIBE_SIMTIME=1 $(GO) test -run '^TestSimTime' -v -timeout 80m ./sim
 	cd bench/goplugin && $(GO) test -run '^$$' -bench . -benchtime 3x
 

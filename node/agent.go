@@ -136,9 +136,8 @@ func trustedList(t gossip.Trust) []string {
 // rejected merges the counters of refused input.
 func (n *Node) rejected() map[string]int64 {
 	out := n.replica.Rejected()
-	n.presence.mu.Lock()
-	out["bad_presence"] = n.presence.bad
-	n.presence.mu.Unlock()
+	out["bad_swim"] = n.swim.bad.Load()
+	out["swim_busy"] = n.swim.busy.Load()
 	out["bad_hello"] = n.badHello.Load()
 	out["membership_unbacked"] = n.auth.unbacked.Load()
 	out["name_taken"] = n.auth.nameTaken.Load()

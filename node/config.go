@@ -86,9 +86,9 @@ type Config struct {
 	// SyncInterval is how often the node pulls state from a random peer
 	// (it also pulls from every peer that connects).
 	SyncInterval time.Duration
-	// PresenceInterval is how often the node announces it is alive; a node
-	// silent for three intervals and not connected is no longer alive.
-	PresenceInterval time.Duration
+	// ProbeInterval is how often the failure detector probes one member
+	// (see gossip/swim); a probe times out after half of it.
+	ProbeInterval time.Duration
 	// ReconnectTimeout is how long a dead or left node is kept in this
 	// node's views (nodes, members, name resolution) after it was last
 	// heard from; then it is reaped: hidden until it is heard from again
@@ -166,7 +166,7 @@ func DefaultConfig() Config {
 		BackoffMax:        time.Minute,
 		MaxRemembered:     256,
 		SyncInterval:      30 * time.Second,
-		PresenceInterval:  10 * time.Second,
+		ProbeInterval:     time.Second,
 		ReconnectTimeout:  72 * time.Hour,
 		LeaveTimeout:      3 * time.Second,
 		FactsInterval:     5 * time.Minute,
@@ -240,7 +240,7 @@ func (c Config) Validate() error {
 		"advertise interval": c.AdvertiseInterval,
 		"minimum backoff":    c.BackoffMin,
 		"sync interval":      c.SyncInterval,
-		"presence interval":  c.PresenceInterval,
+		"probe interval":     c.ProbeInterval,
 		"facts interval":     c.FactsInterval,
 		"reconnect timeout":  c.ReconnectTimeout,
 		"leave timeout":      c.LeaveTimeout,

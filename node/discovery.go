@@ -215,19 +215,21 @@ func (n *Node) recordPeers(max int) []peer.AddrInfo {
 const maxRecordAddrs = 8
 
 // dialable reports whether a node's record is worth a dial: it has not
-// left, and it was heard from lately (presence) or wrote its record lately
-// (a node that just started has sent no presence yet).
+// left, and it is not dead, or it wrote its record lately (a node that
+// restarted writes one before anyone hears it is back).
 func (n *Node) dialable(id peer.ID) bool {
 	v := n.view(id)
-	timeout := 3 * n.cfg.PresenceInterval
-	switch v.state(n.now(), timeout) {
+	switch v.state() {
 	case Left:
 		return false
 	case Dead:
-		return v.record != 0 && n.now().Sub(v.record.Wall()) < timeout
+		return v.record != 0 && n.now().Sub(v.record.Wall()) < freshRecord
 	}
 	return true
 }
+
+// freshRecord is how recent a dead node's record must be for a dial.
+const freshRecord = time.Minute
 
 // findPeersTimeout bounds one rendezvous lookup: the loop tries again at
 // its next round rather than wait on a slow DHT.

@@ -19,8 +19,8 @@ import (
 // time.
 
 // livenessSampleEvery is how often liveness is sampled for watchers, at
-// most; a shorter presence interval samples faster, so a suspect phase
-// (three intervals long) is always seen.
+// most; a shorter probe interval samples faster, so a suspect phase
+// (at least four probe intervals long) is always seen.
 const livenessSampleEvery = time.Second
 
 // startEvents makes the hub and starts feeding it. It runs in Start, before
@@ -65,7 +65,7 @@ func (n *Node) startEvents() {
 // than this one, and publishes the transitions, while anyone watches.
 func (n *Node) livenessEvents(names events.Names) {
 	tracker := events.NewLiveness()
-	every := min(livenessSampleEvery, n.cfg.PresenceInterval)
+	every := min(livenessSampleEvery, n.cfg.ProbeInterval)
 	for n.sleep(every) {
 		if !n.events.Active() {
 			tracker.Reset()
@@ -80,6 +80,7 @@ func (n *Node) livenessEvents(names events.Names) {
 			samples = append(samples, events.Sample{Node: id.String(), Name: names(id.String()), State: n.liveness(id)})
 		}
 		n.events.Publish(tracker.Observe(samples, n.now())...)
+		n.livenessSamples.Add(1)
 	}
 }
 

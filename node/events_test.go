@@ -9,16 +9,15 @@ import (
 )
 
 // A watcher of one real node sees another node, crashed right after it
-// connected (before any of its presence messages arrived), turn suspect
-// and then dead, in that order: the end of the connection counts as
-// hearing from it. It once went from alive straight to dead.
+// connected, turn suspect and then dead, in that order. It once went
+// from alive straight to dead.
 func TestWatchSeesLivenessTransitions(t *testing.T) {
-	quickPresence := func(c Config) Config {
-		c.PresenceInterval = 200 * time.Millisecond
+	quickProbes := func(c Config) Config {
+		c.ProbeInterval = 200 * time.Millisecond
 		c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"} // no lingering QUIC connection after the crash
 		return c
 	}
-	a := startNode(t, quickPresence(loopbackConfig(t, "a")))
+	a := startNode(t, quickProbes(loopbackConfig(t, "a")))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan events.Event, 1024)
@@ -31,7 +30,11 @@ func TestWatchSeesLivenessTransitions(t *testing.T) {
 		got <- *e
 	})
 	<-ready
-	c := quickPresence(loopbackConfig(t, "b"))
+	// b must start after the baseline sample, or its first state is
+	// the baseline and makes no event.
+	base := a.livenessSamples.Load()
+	waitFor(t, "a liveness sample after the watcher came", func() bool { return a.livenessSamples.Load() > base })
+	c := quickProbes(loopbackConfig(t, "b"))
 	c.Join = []string{tcpAddr(a)}
 	b := startNode(t, c)
 	waitFor(t, "a to know b", func() bool { _, ok := a.nodeNamed(b.ID()); return ok && a.liveness(b.ID()) == Alive })

@@ -20,8 +20,9 @@ const forcedPrefix = "forced/"
 // farewell record to at once; one acknowledgement is enough.
 const leavePeers = 3
 
-// say farewell: stop presence, write this node's record with left and
-// left_at, and hand it to a few connected peers, waiting (at most
+// say farewell: tell the failure detector's members this node leaves
+// (so they hold it left, not suspect), write this node's record with left
+// and left_at, and hand it to a few connected peers, waiting (at most
 // LeaveTimeout) for one to store it. Pubsub spreads it too, and
 // anti-entropy to whoever both miss. It returns how many peers
 // acknowledged it; a node with no peer has nobody to tell.
@@ -33,6 +34,9 @@ func (n *Node) farewell(ctx context.Context) (int, error) {
 	}
 	n.leaving = true
 	n.leaveMu.Unlock()
+	if n.swim.d != nil {
+		n.swim.d.Leave(ctx)
+	}
 
 	n.recordMu.Lock()
 	n.leftAt = n.now()

@@ -17,7 +17,7 @@ import (
 // quick shortens the liveness intervals of c for tests: dead within a
 // second, reaped reconnect after that.
 func quick(c Config, reconnect time.Duration) Config {
-	c.PresenceInterval = 100 * time.Millisecond
+	c.ProbeInterval = 100 * time.Millisecond
 	c.ReconnectTimeout = reconnect
 	return c
 }
@@ -51,7 +51,7 @@ func TestCleanStopLeaves(t *testing.T) {
 	if got := a.liveness(bid); got != Left {
 		t.Fatalf("b after a clean stop: %s, want left", got)
 	}
-	ahead.Store(int64(10 * cb.PresenceInterval))
+	ahead.Store(int64(10 * cb.ProbeInterval))
 	if got := a.liveness(bid); got != Left {
 		t.Fatalf("b well after a clean stop: %s, want left", got)
 	}

@@ -1,112 +1,97 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip/swim"
 )
 
-func TestLivenessRule(t *testing.T) {
-	now := time.Unix(10000, 0)
-	const timeout = 30 * time.Second
-	cases := []struct {
-		name      string
-		connected bool
-		heard     time.Time
-		want      string
-	}{
-		{"connected, never heard", true, time.Time{}, Alive},
-		{"connected, long silent", true, now.Add(-time.Hour), Alive},
-		{"heard just now", false, now, Alive},
-		{"heard at the timeout", false, now.Add(-timeout), Alive},
-		{"silent past the timeout", false, now.Add(-timeout - time.Second), Suspect},
-		{"silent at twice the timeout", false, now.Add(-2 * timeout), Suspect},
-		{"silent past twice the timeout", false, now.Add(-2*timeout - time.Second), Dead},
-		{"never heard, not connected", false, time.Time{}, Dead},
-	}
-	for _, tc := range cases {
-		if got := liveness(tc.connected, tc.heard, now, timeout); got != tc.want {
-			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestPresenceRoundTripAndForgery(t *testing.T) {
-	k, _, _ := crypto.GenerateEd25519Key(nil)
-	id, _ := peer.IDFromPrivateKey(k)
-	now := time.UnixMilli(1_800_000_000_000)
-	b, err := sealPresence(k, now)
+// swimSend opens a probe stream from h's node to to and sends b; it
+// returns the answer's frame, or an error if the stream was reset.
+func swimSend(t *testing.T, from *Node, to peer.ID, b []byte) (swim.Frame, error) {
+	t.Helper()
+	s, err := from.host.NewStream(context.Background(), to, SwimProtocol)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, at, err := openPresence(b)
-	if err != nil || got != id || !at.Equal(now) {
-		t.Fatalf("open: %v %v %v", got, at, err)
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(5 * time.Second))
+	s.Write(b)
+	s.CloseWrite()
+	return readSwimFrame(s, false)
+}
+
+// The failure detector's input from a peer that can connect: garbage, a
+// claim by a node that does not count, a forged signature, a ping-req for
+// a stranger's target. Each is refused and counted (or answered nack),
+// and nobody's state changes.
+func TestSwimRefusesForgeriesAndStrangers(t *testing.T) {
+	admin, stranger := adminAndStranger(t)
+	waitFor(t, "the admin to know the stranger", func() bool { _, ok := admin.swim.d.State(string(stranger.ID())); return ok })
+	bad := func() int64 { return admin.swim.bad.Load() }
+
+	if _, err := swimSend(t, stranger, admin.ID(), []byte{9, 9, 9}); err == nil {
+		t.Error("garbage was answered")
 	}
-	bad := bytes.Clone(b)
-	bad[len(bad)-3] ^= 1
-	if _, _, err := openPresence(bad); !errors.Is(err, ErrBadPresence) {
-		t.Fatalf("tampered: %v", err)
+	if bad() != 1 {
+		t.Errorf("bad_swim = %d after garbage, want 1", bad())
 	}
-	if _, _, err := openPresence(make([]byte, 600)); !errors.Is(err, ErrBadPresence) {
-		t.Fatalf("oversized: %v", err)
+
+	// The stranger, pending, says it left: its word counts for nothing.
+	u := swim.Update{Node: string(stranger.ID()), State: swim.Left, Incarnation: 1 << 50, From: string(stranger.ID())}
+	u.Sig, _ = stranger.key.Sign(swimSigned(u))
+	if _, err := swimSend(t, stranger, admin.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPing, Msg: swim.Message{Updates: []swim.Update{u}}})); err != nil {
+		t.Fatalf("a ping: %v", err)
+	}
+	// In the admin's name, signed with the stranger's key: a forgery.
+	f := swim.Update{Node: string(stranger.ID()), State: swim.Dead, Incarnation: 1 << 50, From: string(admin.ID())}
+	f.Sig, _ = stranger.key.Sign(swimSigned(f))
+	swimSend(t, stranger, admin.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPing, Msg: swim.Message{Updates: []swim.Update{f}}}))
+	if s, _ := admin.swim.d.State(string(stranger.ID())); s != swim.Alive {
+		t.Errorf("the stranger is %v on the admin after refused claims", s)
+	}
+	if bad() != 3 {
+		t.Errorf("bad_swim = %d, want 3", bad())
+	}
+	if st, _ := admin.Status(context.Background()); st.Rejected["bad_swim"] != 3 {
+		t.Errorf("status says bad_swim %d, want 3", st.Rejected["bad_swim"])
+	}
+
+	// A ping-req for a node the admin does not know: nack, and no dial.
+	ans, err := swimSend(t, stranger, admin.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPingReq, Target: "nobody"}))
+	if err != nil || ans.Kind != swim.KindNack {
+		t.Errorf("a ping-req for a stranger's target: %+v, %v; want a nack", ans, err)
 	}
 }
 
-// FuzzOpenPresence: presence bytes come from the network.
-func FuzzOpenPresence(f *testing.F) {
-	k, _, _ := crypto.GenerateEd25519Key(nil)
-	b, _ := sealPresence(k, time.UnixMilli(1_800_000_000_000))
-	f.Add(b)
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		id, _, err := openPresence(b)
-		if err == nil && id == "" {
-			t.Fatal("accepted presence without a sender")
-		}
+// A signed claim by a node that counts changes the view, and the node it
+// is about refutes it.
+func TestSwimRefutesSignedSuspicion(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	cb := loopbackConfig(t, "b")
+	cb.Join = []string{tcpAddr(a)}
+	b := startNode(t, cb)
+	waitFor(t, "a and b to know each other", func() bool {
+		_, ok1 := a.swim.d.State(string(b.ID()))
+		_, ok2 := b.swim.d.State(string(a.ID()))
+		return ok1 && ok2
 	})
-}
-
-// Replayed and stale presence messages keep nobody alive, and are counted.
-func TestPresenceReplaysAreRefused(t *testing.T) {
-	n := startNode(t, loopbackConfig(t, "n"))
-	key, _, _ := crypto.GenerateEd25519Key(nil)
-	id, _ := peer.IDFromPrivateKey(key)
-	now := n.now()
-	fresh, _ := sealPresence(key, now)
-	if err := n.acceptPresence(fresh); err != nil {
-		t.Fatalf("a fresh message: %v", err)
+	// b suspects a of an incarnation above a's own: a must bump past it.
+	u := swim.Update{Node: string(a.ID()), State: swim.Suspect, Incarnation: 1 << 60, From: string(b.ID())}
+	u.Sig, _ = b.key.Sign(swimSigned(u))
+	if _, err := swimSend(t, b, a.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPing, Msg: swim.Message{Updates: []swim.Update{u}}})); err != nil {
+		t.Fatal(err)
 	}
-	heard := n.presence.last(id)
-	for name, b := range map[string][]byte{
-		"the same message again": fresh,
-		"an older one":           must(sealPresence(key, now.Add(-time.Second))),
-		"an hour old":            must(sealPresence(key, now.Add(-time.Hour))),
-		"from the future":        must(sealPresence(key, now.Add(time.Hour))),
-	} {
-		if err := n.acceptPresence(b); !errors.Is(err, ErrBadPresence) {
-			t.Errorf("%s: %v, want ErrBadPresence", name, err)
-		}
+	b.swim.d.ApplySnapshot([]swim.Update{u}) // b holds a suspect
+	if s, _ := b.swim.d.State(string(a.ID())); s != swim.Suspect {
+		t.Fatalf("b holds a %v", s)
 	}
-	if n.presence.last(id) != heard {
-		t.Fatal("a refused message moved the time the node was heard")
+	waitFor(t, "a to refute and b to hear it", func() bool { return b.liveness(a.ID()) == Alive })
+	if a.swim.bad.Load() != 0 || b.swim.bad.Load() != 0 {
+		t.Errorf("bad_swim %d and %d, want none", a.swim.bad.Load(), b.swim.bad.Load())
 	}
-	if st, _ := n.Status(context.Background()); st.Rejected["bad_presence"] != 4 {
-		t.Fatalf("bad_presence = %d, want 4", st.Rejected["bad_presence"])
-	}
-	if err := n.acceptPresence(must(sealPresence(key, now.Add(time.Second)))); err != nil {
-		t.Fatalf("the next message: %v", err)
-	}
-}
-
-func must(b []byte, err error) []byte {
-	if err != nil {
-		panic(err)
-	}
-	return b
 }

@@ -124,7 +124,7 @@ func (n *Node) allNames() map[peer.ID]nodeName {
 // the only one that has not left when several do. Under open trust, where a host restarted with a fresh data dir leaves
 // its old record behind under the same name, the only live one also
 // does; with trusted writers a name is bound at admission, and liveness
-// (which anyone can fake for a while by replaying presence) never breaks
+// (which a node can bend for a while, by answering probes) never breaks
 // a tie.
 func (n *Node) pick(rules authority.Rules, name string, ids []peer.ID) (peer.ID, error) {
 	switch len(ids) {

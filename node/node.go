@@ -17,7 +17,8 @@
 //	join.go       --join peers kept connected, with backoff
 //	discovery.go  mDNS, DHT rendezvous, and the loop that keeps TargetPeers
 //	remembered.go peers seen, kept in <data-dir>/peers.json across restarts
-//	liveness.go   presence messages and the alive/suspect/dead rule
+//	swim.go       the failure detector (gossip/swim) over /tribe/swim/1.0.0
+//	liveness.go   the alive/suspect/dead/left rule over the detector
 //	reap.go       the left and reaping rules (pure)
 //	leave.go      farewell on a clean stop, tribe leave, force-leave
 //	tribes.go     node records, tribes and manual membership over the state
@@ -141,7 +142,7 @@ type Node struct {
 	store    *gossip.Store
 	replica  *gossip.Replica
 	pubsub   *pubsub.PubSub
-	presence presence
+	swim     swimState // the failure detector (swim.go)
 	badHello atomic.Int64
 	// callConnsClosed counts connections opened for a call and closed
 	// after it (releaseCallConn).
@@ -165,9 +166,12 @@ type Node struct {
 	names    sync.Map // peer.ID -> cachedName (tribes.go)
 	auth     authState
 	events   *events.Hub // what `tribe watch` streams (events.go)
+	// livenessSamples counts the samples taken for watchers: the first
+	// after a watcher comes is the baseline its events start from.
+	livenessSamples atomic.Int64
 
-	// Leaving (leave.go): leaveMu orders the last presence before the
-	// farewell; leftAt (under recordMu) is when this node left.
+	// Leaving (leave.go): leaveMu makes the farewell happen once;
+	// leftAt (under recordMu) is when this node left.
 	leaveMu   sync.Mutex
 	leaving   bool
 	leftAt    time.Time
@@ -318,8 +322,6 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.store.Close()
 		return nil, err
 	}
-	n.presence.heard = map[peer.ID]time.Time{}
-	n.presence.sent = map[peer.ID]time.Time{}
 	n.initAuthority()
 	n.initJobs()
 
@@ -363,9 +365,6 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.startEvents()
-	if err := n.watchDisconnects(); err != nil {
-		return err
-	}
 	// Pubsub before any connection, in or out: it does not see peers that
 	// connected before it existed. So the host listens only once pubsub
 	// is there: a peer that redialled a restarting agent at once got in
@@ -377,7 +376,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.replica.Start(n.pubsub); err != nil {
 		return err
 	}
-	if err := n.startPresence(n.pubsub, n.key); err != nil {
+	if err := n.startSwim(); err != nil {
 		return err
 	}
 	if n.ownsHost {

@@ -4,11 +4,12 @@ import (
 	"time"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/swim"
 )
 
 // Leaving and reaping. A node that stops cleanly says so in its own
 // record ({"left": true, "left_at": ...}) and is `left`, not suspect then
-// dead, until it writes a newer record or sends presence after it left.
+// dead, until it writes a newer record.
 // A trusted writer may force a node out (forced/<peer>, `tribe
 // force-leave`): it is left until it writes a record newer than that
 // entry. Reaping is each node's own decision, since only a node may write
@@ -21,34 +22,39 @@ const Left = "left"
 
 // peerView is what this node knows of another for the rules below.
 type peerView struct {
-	connected bool
-	heard     time.Time  // this node's clock: when its latest presence arrived
-	sent      time.Time  // its clock: when it sent its latest presence
-	record    gossip.HLC // its record's clock; zero if it has none
-	leftAt    time.Time  // its record says it left then; zero if not
-	forced    gossip.HLC // a force-leave entry's clock; zero if none
+	swim   swim.State // what the failure detector believes
+	known  bool       // whether it knows the node at all
+	heard  time.Time  // this node's clock: when it last answered or sent a probe
+	record gossip.HLC // its record's clock; zero if it has none
+	leftAt time.Time  // its record says it left then; zero if not
+	forced gossip.HLC // a force-leave entry's clock; zero if none
 }
 
 // forcedOut reports whether a force-leave is newer than the node's record.
 func (v peerView) forcedOut() bool { return v.forced != 0 && v.forced > v.record }
 
-// state is the node's liveness: left (said so, or forced out, whatever
-// connections linger), else alive, suspect or dead by presence.
-func (v peerView) state(now time.Time, timeout time.Duration) string {
-	if v.forcedOut() || (!v.leftAt.IsZero() && !v.sent.After(v.leftAt)) {
+// state is the node's liveness: left (its record says so, or it was
+// forced out, whatever the detector believes: a node that comes back
+// writes a record without left), else the detector's word; a node the
+// detector does not know yet is alive (its record just arrived).
+func (v peerView) state() string {
+	switch {
+	case v.forcedOut() || !v.leftAt.IsZero():
 		return Left
+	case !v.known:
+		return Alive
 	}
-	return liveness(v.connected, v.heard, now, timeout)
+	return swimLiveness[v.swim]
 }
 
 // reaped reports whether the node is out of this node's views: forced
-// out, or dead or left and not heard from (presence, or its record's
-// clock) for longer than reconnect.
-func (v peerView) reaped(now time.Time, timeout, reconnect time.Duration) bool {
+// out, or dead or left and not heard from for longer than reconnect (a
+// probe, its record's clock, or the time it left, whichever is latest).
+func (v peerView) reaped(now time.Time, reconnect time.Duration) bool {
 	if v.forcedOut() {
 		return true
 	}
-	switch v.state(now, timeout) {
+	switch v.state() {
 	case Dead, Left:
 	default:
 		return false

@@ -193,8 +193,8 @@ func waitID(b testing.TB, ch chan string, id string) {
 }
 
 // quietCluster starts cfg's nodes on 10 ms links, each joining three
-// earlier ones, with presence turned down (hundreds of nodes on two cores
-// cannot afford every node's heartbeats) and, unless keepSync, periodic
+// earlier ones, with failure detection turned down (what is measured is
+// state and calls, not probes) and, unless keepSync, periodic
 // sync too, and waits until every node has three peers. With keepSync
 // each node pulls at the simulator's interval (N×100 ms: 30 s at 300
 // nodes, the agent's default), so what pubsub drops under load still
@@ -202,7 +202,7 @@ func waitID(b testing.TB, ch chan string, id string) {
 func quietCluster(b testing.TB, cfg Config, keepSync bool) *Sim {
 	cfg.Joins, cfg.Latency, cfg.Dir = 3, 10*time.Millisecond, b.TempDir()
 	cfg.Tune = func(i int, c *node.Config) {
-		c.PresenceInterval = time.Hour
+		c.ProbeInterval = time.Hour
 		if !keepSync {
 			c.SyncInterval = time.Hour
 		}

@@ -8,16 +8,15 @@ import (
 	"github.com/tribeagent/tribe/node"
 )
 
-// Presence carries liveness past direct connections: in a sparse cluster
-// (each node linked only to the one it joined) node 0 sees every node
-// alive, including the ones it has no connection to, and a crashed one
-// turns suspect there once its silence passes the timeout.
-func TestPresenceReachesNodesWithoutAConnection(t *testing.T) {
+// Liveness reaches past direct links: in a sparse cluster (each node
+// linked only to the one it joined) node 0 sees every node alive,
+// including the ones it cannot dial (indirect probes go through the
+// linked ones), and a crashed one turns suspect there.
+func TestLivenessReachesNodesWithoutAConnection(t *testing.T) {
 	ctx := context.Background()
 	const n = 8
-	// Presence every second: silence turns a node suspect after 3 s.
 	s := start(t, Config{Nodes: n, Seed: 4, Joins: 1, Sparse: true,
-		Tune: func(_ int, c *node.Config) { c.PresenceInterval = time.Second }})
+		Tune: func(_ int, c *node.Config) { c.ProbeInterval = time.Second }})
 	if _, err := s.WaitFor(ctx, time.Minute, func() bool { return s.Components() == 1 }); err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 			&cli.StringFlag{Name: "file-dir", Usage: "where the file plugin writes (default: <data-dir>/files)"},
 			&cli.StringFlag{Name: "accept-plugins", Usage: "\"trusted\": fetch, check and run the plugins trusted writers share (tribe plugin add); needs --trusted. Default: run only what this host installed"},
 			&cli.StringFlag{Name: "plugin-dir", Usage: "external plugins: each executable here named like a plugin is one this host can load (default: <data-dir>/plugins; see the README, \"Write a plugin\")"},
-			&cli.DurationFlag{Name: "presence-interval", Hidden: true, Usage: "how often the agent announces it is alive (default 10s); a node silent for 3 intervals is suspect, for 6 dead. For tests: short intervals cost every node of the fleet"},
+			&cli.DurationFlag{Name: "probe-interval", Hidden: true, Usage: "how often the failure detector probes one member (default 1s; a probe times out after half of it). For tests: a crashed agent is dead within seconds at 100ms"},
 			&cli.DurationFlag{Name: "reconnect-timeout", Usage: "how long a dead or left node stays in this agent's views (nodes, members, names) after it was last heard from; then it is reaped until it is heard from again", DefaultText: "72h"},
 			&cli.Int64Flag{Name: "file-max-bytes", Usage: "cap on each file the file plugin writes, beyond which publish is refused; a tribe's max_bytes only lowers it", DefaultText: "64 MiB"},
 			&cli.IntFlag{Name: "conns-per-ip", Usage: "cap on connections with one IPv4 address or IPv6 /56, both ways; raise it where more agents share one public address (a NAT)", DefaultText: "256 (2 x the connection manager's high water mark)"},
@@ -142,7 +142,7 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 			*dst = c.StringSlice(flag)
 		}
 	}
-	for flag, dst := range map[string]*time.Duration{"presence-interval": &cfg.PresenceInterval, "reconnect-timeout": &cfg.ReconnectTimeout, "job-retention": &cfg.JobRetention} {
+	for flag, dst := range map[string]*time.Duration{"probe-interval": &cfg.ProbeInterval, "reconnect-timeout": &cfg.ReconnectTimeout, "job-retention": &cfg.JobRetention} {
 		if c.IsSet(flag) {
 			*dst = c.Duration(flag)
 		}

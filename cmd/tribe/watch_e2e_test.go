@@ -108,16 +108,16 @@ func (w *watcher) expect(what string, match func(events.Event) bool) events.Even
 func TestWatchStreamsFleetEvents(t *testing.T) {
 	// Presence every second: a killed node is suspect after 3 s and dead
 	// after 6 s.
-	a := newAgent(t, "n1", "--presence-interval", "1s")
+	a := newAgent(t, "n1", "--probe-interval", "200ms")
 	a.start()
-	b := newAgent(t, "n2", "--presence-interval", "1s", "--join", a.tcpJoin())
+	b := newAgent(t, "n2", "--probe-interval", "200ms", "--join", a.tcpJoin())
 	// TCP only: a killed peer's QUIC connection would linger for its idle
 	// timeout, keeping it alive past its suspect phase.
 	if i := slices.Index(b.args, "/ip4/127.0.0.1/udp/0/quic-v1"); i > 0 {
 		b.args = slices.Delete(b.args, i-1, i+1)
 	}
 	b.start()
-	c := newAgent(t, "n3", "--presence-interval", "1s", "--join", a.tcpJoin())
+	c := newAgent(t, "n3", "--probe-interval", "200ms", "--join", a.tcpJoin())
 	c.start()
 	n2, n3 := b.status().ID, c.status().ID
 	waitUntil(t, 30*time.Second, "n1 to see n2 and n3 alive", func() bool {

@@ -238,3 +238,17 @@ func (d *Detector) Leave(ctx context.Context) {
 	}
 	wg.Wait()
 }
+
+// Snapshot is the members that are not alive (Members.Snapshot), for a
+// push-pull exchange.
+func (d *Detector) Snapshot() []Update {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.m.Snapshot()
+}
+
+// ApplySnapshot takes another node's snapshot.
+func (d *Detector) ApplySnapshot(us []Update) {
+	now := time.Now()
+	d.with(func(m *Members) []Change { return m.ApplySnapshot(us, now) })
+}

@@ -143,6 +143,7 @@ type member struct {
 	inc   uint64
 	since time.Time // when it entered this state here
 	susp  *suspicion
+	last  Update // the update that put it in this state; none for Add's
 }
 
 // suspicion is a running suspicion: who confirmed it, and its bounds.
@@ -374,7 +375,7 @@ func (m *Members) apply(u Update, now time.Time) (Change, bool) {
 		mb = &member{}
 		m.insert(u.Node, mb)
 	}
-	mb.state, mb.inc, mb.since, mb.susp = u.State, u.Incarnation, now, nil
+	mb.state, mb.inc, mb.since, mb.susp, mb.last = u.State, u.Incarnation, now, nil, u
 	delete(m.suspect, u.Node)
 	if u.State == Suspect {
 		m.suspect[u.Node] = true
@@ -443,4 +444,38 @@ func (m *Members) Pending() bool { return m.queue.len() > 0 }
 // more and dropped when sent RetransmitMult × ceil(log10(N+1)) times.
 func (m *Members) Piggyback() []Update {
 	return m.queue.take(m.cfg.MaxPiggyback, retransmits(m.cfg.RetransmitMult, m.Len()))
+}
+
+// MaxSnapshot caps the updates of one snapshot.
+const MaxSnapshot = 8192
+
+// Snapshot is what a node that starts (or any node, now and then) needs
+// to hear besides the records: the members that are not alive, each with
+// the signed update that says so. A node that restarted takes every
+// member with a record for alive; this tells it who is not, and the
+// members it wrongly holds dead hear of it (the update spreads again) and
+// refute. Alive members travel in their own announcements.
+func (m *Members) Snapshot() []Update {
+	var out []Update
+	for _, node := range m.names {
+		if mb := m.members[node]; mb.state != Alive && mb.last.Node != "" {
+			out = append(out, mb.last)
+			if len(out) == MaxSnapshot {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ApplySnapshot takes another node's Snapshot, as Apply takes a message
+// (with no cap of MaxUpdates).
+func (m *Members) ApplySnapshot(us []Update, now time.Time) []Change {
+	var changes []Change
+	for _, u := range us[:min(len(us), MaxSnapshot)] {
+		if c, ok := m.apply(u, now); ok {
+			changes = append(changes, c)
+		}
+	}
+	return changes
 }

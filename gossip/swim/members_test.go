@@ -212,3 +212,27 @@ func TestPiggybackLimits(t *testing.T) {
 		t.Fatalf("sent %v, want %v", sent, want)
 	}
 }
+
+// TestSnapshot: a snapshot holds the members that are not alive, with
+// the updates that said so; a node that restarted (all members alive at
+// incarnation 0) learns from it who is dead, suspect or left.
+func TestSnapshot(t *testing.T) {
+	old := newTestMembers("a", "b", "c", "d", "e")
+	old.Apply([]Update{
+		{Node: "b", State: Dead, Incarnation: 0, From: "c"},
+		{Node: "c", State: Alive, Incarnation: 4, From: "c"},
+		{Node: "d", State: Left, Incarnation: 0, From: "d"},
+		{Node: "e", State: Suspect, Incarnation: 0, From: "c"},
+	}, t0)
+	snap := old.Snapshot()
+	if len(snap) != 3 {
+		t.Fatalf("snapshot %+v, want b, d and e", snap)
+	}
+	fresh := newTestMembers("x", "b", "c", "d", "e")
+	fresh.ApplySnapshot(snap, t0)
+	for node, want := range map[string]State{"b": Dead, "c": Alive, "d": Left, "e": Suspect} {
+		if s, _, _ := fresh.State(node); s != want {
+			t.Errorf("%s is %v after the snapshot, want %v", node, s, want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ const (
 	KindPingReq Kind = 2 // probe Target for the sender: ack if it answered, else nack
 	KindAck     Kind = 3
 	KindNack    Kind = 4 // the target of a ping-req did not answer
+	KindSync    Kind = 5 // a snapshot: answer with one's own (push-pull)
 )
 
 // Frame is one message on the wire: the node carries one frame each way
@@ -24,14 +25,22 @@ type Frame struct {
 	Msg    Message
 }
 
-// Wire limits: a frame over MaxFrame bytes is not read; names, signatures
-// and update counts over theirs are refused.
+// Wire limits: a frame over MaxFrame bytes (MaxSyncFrame for a
+// snapshot) is not read; update counts over maxWireUpdate (MaxSnapshot)
+// are refused. Names and signatures are at most 255 bytes.
 const (
 	MaxFrame      = 64 << 10
-	maxName       = 255
-	maxSig        = 255
+	MaxSyncFrame  = 2 << 20
 	maxWireUpdate = 64
 )
+
+// maxUpdates is how many updates a frame of kind k may carry.
+func maxUpdates(k Kind) int {
+	if k == KindSync {
+		return MaxSnapshot
+	}
+	return maxWireUpdate
+}
 
 // ErrFrame is what a frame that does not decode gets.
 var ErrFrame = errors.New("swim: bad frame")
@@ -44,8 +53,8 @@ var ErrFrame = errors.New("swim: bad frame")
 func AppendFrame(b []byte, f Frame) []byte {
 	b = append(b, byte(f.Kind))
 	b = appendString(b, f.Target)
-	us := f.Msg.Updates[:min(len(f.Msg.Updates), maxWireUpdate)]
-	b = append(b, byte(len(us)))
+	us := f.Msg.Updates[:min(len(f.Msg.Updates), maxUpdates(f.Kind))]
+	b = binary.AppendUvarint(b, uint64(len(us)))
 	for _, u := range us {
 		b = appendString(b, u.Node)
 		b = append(b, byte(u.State))
@@ -63,17 +72,20 @@ func appendString(b []byte, s string) []byte {
 // DecodeFrame decodes a frame, strictly: a known kind, a target exactly
 // for a ping-req, known states, non-empty names, and no byte left over.
 func DecodeFrame(b []byte) (Frame, error) {
-	if len(b) > MaxFrame {
-		return Frame{}, fmt.Errorf("%w: %d bytes, at most %d", ErrFrame, len(b), MaxFrame)
+	if len(b) > MaxSyncFrame {
+		return Frame{}, fmt.Errorf("%w: %d bytes, at most %d", ErrFrame, len(b), MaxSyncFrame)
 	}
 	d := decoder{b: b}
 	f := Frame{Kind: Kind(d.byte())}
-	f.Target = d.string()
-	n := int(d.byte())
-	if d.err == nil && n > maxWireUpdate {
-		d.fail("%d updates, at most %d", n, maxWireUpdate)
+	if f.Kind != KindSync && len(b) > MaxFrame {
+		return Frame{}, fmt.Errorf("%w: %d bytes, at most %d", ErrFrame, len(b), MaxFrame)
 	}
-	for i := 0; i < n && d.err == nil; i++ {
+	f.Target = d.string()
+	n := d.uvarint()
+	if d.err == nil && n > uint64(maxUpdates(f.Kind)) {
+		d.fail("%d updates, at most %d", n, maxUpdates(f.Kind))
+	}
+	for i := 0; i < int(n) && d.err == nil; i++ {
 		u := Update{Node: d.string(), State: State(d.byte()), Incarnation: d.uvarint(), From: d.string()}
 		if sig := d.string(); sig != "" {
 			u.Sig = []byte(sig)
@@ -92,7 +104,7 @@ func DecodeFrame(b []byte) (Frame, error) {
 		return Frame{}, d.err
 	case len(d.b) > 0:
 		return Frame{}, fmt.Errorf("%w: %d bytes after the frame", ErrFrame, len(d.b))
-	case f.Kind < KindPing || f.Kind > KindNack:
+	case f.Kind < KindPing || f.Kind > KindSync:
 		return Frame{}, fmt.Errorf("%w: kind %d", ErrFrame, f.Kind)
 	case (f.Kind == KindPingReq) != (f.Target != ""):
 		return Frame{}, fmt.Errorf("%w: a target is for a ping-req, and a ping-req needs one", ErrFrame)
@@ -145,7 +157,7 @@ func (d *decoder) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 || n != len(binary.AppendUvarint(nil, v)) { // one encoding per value
-		d.fail("bad incarnation")
+		d.fail("bad varint")
 		return 0
 	}
 	d.b = d.b[n:]

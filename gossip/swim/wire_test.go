@@ -13,6 +13,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		{Kind: KindAck, Msg: Message{Updates: []Update{{Node: "b", State: Suspect, Incarnation: 1 << 40, From: "c", Sig: []byte("sig")}}}},
 		{Kind: KindPingReq, Target: "t", Msg: Message{Updates: []Update{{Node: "a", State: Left, From: "a"}, {Node: "d", State: Dead, Incarnation: 3, From: "e"}}}},
 		{Kind: KindNack},
+		{Kind: KindSync, Msg: Message{Updates: []Update{{Node: "b", State: Dead, Incarnation: 2, From: "c", Sig: []byte("s")}}}},
 	} {
 		got, err := DecodeFrame(AppendFrame(nil, f))
 		if err != nil || !reflect.DeepEqual(got, f) {

@@ -271,11 +271,12 @@ type Node struct {
 	Name    string   `json:"name"`
 	Addrs   []string `json:"addrs"`
 	Version string   `json:"version"`
-	// Alive is true while the node is connected to this one or was heard
-	// from (presence) within the presence timeout; Liveness says "alive",
-	// "suspect" (silent up to twice the timeout), "dead", or "left" (it
-	// left cleanly, or was force-left). Nodes dead or left for longer
-	// than the reconnect timeout, and force-left ones, are not listed.
+	// Alive is true while the failure detector holds the node alive;
+	// Liveness says "alive", "suspect" (it failed a probe and has not
+	// refuted it yet), "dead" (suspected past the suspicion timeout), or
+	// "left" (it left cleanly, or was force-left). Nodes dead or left for
+	// longer than the reconnect timeout, and force-left ones, are not
+	// listed.
 	Alive    bool   `json:"alive"`
 	Liveness string `json:"liveness"`
 	Self     bool   `json:"self,omitempty"`

@@ -19,7 +19,7 @@ var (
 		"Nodes with a record in the replicated state, by admission (open, trusted, admitted, pending, revoked).",
 		[]string{"admission"}, nil)
 	descRejected = prometheus.NewDesc("tribe_rejected_total",
-		"Refused input by reason, as in `tribe status` (entries, sync streams, hellos, presence, calls as call_<code>).",
+		"Refused input by reason, as in `tribe status` (entries, sync streams, hellos, failure detector frames, calls as call_<code>).",
 		[]string{"reason"}, nil)
 	descDropped = prometheus.NewDesc("tribe_pubsub_dropped_total",
 		"Message copies pubsub dropped under load, by queue; anti-entropy repairs them, a growing rate means an overloaded node.",

@@ -1,0 +1,351 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/swim"
+)
+
+// Failure detection: package gossip/swim's detector, carried over libp2p
+// streams of SwimProtocol (one frame each way per stream) and fed the
+// nodes whose records arrive. Names in the detector are peer IDs' raw
+// bytes. What a node says about itself (alive, left) or another (suspect,
+// dead) is signed with its node key; a claim about another counts only
+// from a node that counts (admitted or trusted, or anyone in an open
+// cluster), so a stranger can neither kill nor revive anybody.
+
+// SwimProtocol carries the failure detector's probes.
+const SwimProtocol = "/tribe/swim/1.0.0"
+
+// swimServing caps the probe streams this node serves at once; more are
+// reset and counted (swim_busy): a healthy fleet sends a node about one
+// probe and a few gossip messages a second.
+const swimServing = 64
+
+// swimSyncing caps the snapshots served at once (each up to
+// swim.MaxSyncFrame, 2 MiB, each way).
+const swimSyncing = 4
+
+// swimSyncEvery is how often a node trades snapshots (the members that are
+// not alive) with a random peer, besides once as soon as it has a peer:
+// memberlist's push-pull, which makes a node that restarted agree with
+// the fleet on who is dead without waiting to probe them all.
+const swimSyncEvery = time.Minute
+
+// swimDomain separates the detector's signatures from every other use of
+// the node key.
+const swimDomain = "tribe-swim/1\x00"
+
+// swimState is the detector as the node wires it.
+type swimState struct {
+	d       *swim.Detector
+	serving chan struct{}
+	syncing chan struct{} // snapshots being served: at most swimSyncing
+	bad     atomic.Int64  // frames that did not decode, updates that did not verify
+	busy    atomic.Int64
+
+	mu    sync.Mutex
+	heard map[peer.ID]time.Time // when each node last answered or sent a probe (the node's clock)
+}
+
+// swimConfig is the detector's configuration for the node's.
+func (n *Node) swimConfig() swim.Config {
+	c := swim.DefaultConfig()
+	c.Self = string(n.host.ID())
+	c.ProbeInterval = n.cfg.ProbeInterval
+	c.ProbeTimeout = n.cfg.ProbeInterval / 2
+	c.GossipInterval = max(n.cfg.ProbeInterval/5, 10*time.Millisecond)
+	c.Sign = func(u swim.Update) []byte {
+		sig, err := n.key.Sign(swimSigned(u))
+		if err != nil {
+			return nil
+		}
+		return sig
+	}
+	c.Verify = n.verifySwim
+	return c
+}
+
+// swimSigned is what a signature covers: every field but the signature.
+func swimSigned(u swim.Update) []byte {
+	b := append([]byte(swimDomain), byte(len(u.Node)))
+	b = append(b, u.Node...)
+	b = append(b, byte(u.State))
+	b = binary.BigEndian.AppendUint64(b, u.Incarnation)
+	return append(b, u.From...)
+}
+
+// verifySwim accepts an update signed by its author, a node that counts
+// (admitted or trusted, or anyone in an open cluster): alive and left are
+// a node's own word, about a node whose record is here (a crowd of fresh
+// identities cannot join the probe rounds); suspect and dead are an
+// accuser's.
+func (n *Node) verifySwim(u swim.Update) bool {
+	ignored := false
+	ok := func() bool {
+		from, err := peer.IDFromBytes([]byte(u.From))
+		if err != nil || !n.rules().Counts(from) {
+			return false
+		}
+		about, err := peer.IDFromBytes([]byte(u.Node))
+		if err != nil {
+			return false
+		}
+		if u.State == swim.Alive || u.State == swim.Left {
+			if _, ok := n.replica.Get(nodesPrefix + about.String()); !ok {
+				ignored = true // not bad: it may have started just now
+				return false
+			}
+		}
+		pub, err := from.ExtractPublicKey()
+		if err != nil {
+			return false
+		}
+		valid, err := pub.Verify(swimSigned(u), u.Sig)
+		return err == nil && valid
+	}()
+	if !ok && !ignored {
+		n.swim.bad.Add(1)
+	}
+	return ok
+}
+
+// startSwim builds the detector, serves SwimProtocol, and makes every
+// node whose record is here or arrives a member.
+func (n *Node) startSwim() error {
+	n.rngMu.Lock()
+	rng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
+	n.rngMu.Unlock()
+	n.swim.serving = make(chan struct{}, swimServing)
+	n.swim.syncing = make(chan struct{}, swimSyncing)
+	n.swim.heard = map[peer.ID]time.Time{}
+	d, err := swim.New(n.swimConfig(), swimTransport{n}, rng, nil)
+	if err != nil {
+		return fmt.Errorf("node: failure detector: %w", err)
+	}
+	n.swim.d = d
+	n.host.SetStreamHandler(SwimProtocol, n.serveSwim)
+	add := func(key string) {
+		if id, err := peer.Decode(strings.TrimPrefix(key, nodesPrefix)); err == nil && id != n.host.ID() {
+			d.Add(string(id))
+		}
+	}
+	n.replica.Watch(nodesPrefix, func(c gossip.Change) { add(c.Key) })
+	for _, e := range n.replica.Prefix(nodesPrefix) {
+		add(e.Key)
+	}
+	// An incarnation above any an earlier run of this node had (they
+	// start from the time they started): whoever holds it dead hears
+	// it is back.
+	d.Announce(uint64(n.now().UnixMilli()))
+	n.spawn(func() { d.Run(n.ctx) })
+	n.spawn(n.swimSyncLoop)
+	return nil
+}
+
+// swimSyncLoop trades snapshots with a random connected peer that counts:
+// every two seconds until one exchange succeeds, then every swimSyncEvery.
+func (n *Node) swimSyncLoop() {
+	wait := 2 * time.Second
+	for n.sleep(wait) {
+		peers := n.ConnectedPeers()
+		rules := n.rules()
+		n.rngMu.Lock()
+		n.rng.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+		n.rngMu.Unlock()
+		for _, p := range peers {
+			if !rules.Counts(p) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+			m, err := n.swimExchange(ctx, p, swim.Frame{Kind: swim.KindSync, Msg: swim.Message{Updates: n.swim.d.Snapshot()}})
+			cancel()
+			if err != nil {
+				n.log.Debug("swim: snapshot exchange", "peer", p, "err", err)
+				break
+			}
+			n.swim.d.ApplySnapshot(m.Updates)
+			wait = swimSyncEvery
+			break
+		}
+	}
+}
+
+// swimHeard notes that p answered a probe or sent one: it was alive then.
+func (n *Node) swimHeard(p peer.ID) {
+	now := n.now()
+	n.swim.mu.Lock()
+	n.swim.heard[p] = now
+	n.swim.mu.Unlock()
+}
+
+// swimView is what the detector believes of p, and when p was last heard
+// from directly (zero if never, in this run).
+func (n *Node) swimView(p peer.ID) (s swim.State, heard time.Time, ok bool) {
+	if n.swim.d == nil {
+		return 0, time.Time{}, false
+	}
+	s, ok = n.swim.d.State(string(p))
+	n.swim.mu.Lock()
+	defer n.swim.mu.Unlock()
+	return s, n.swim.heard[p], ok
+}
+
+// swimTransport carries the detector's frames over SwimProtocol streams.
+type swimTransport struct{ n *Node }
+
+func (t swimTransport) Ping(ctx context.Context, node string, m swim.Message) (swim.Message, error) {
+	return t.n.swimExchange(ctx, peer.ID(node), swim.Frame{Kind: swim.KindPing, Msg: m})
+}
+
+func (t swimTransport) PingReq(ctx context.Context, via, target string, m swim.Message) (swim.Message, error) {
+	return t.n.swimExchange(ctx, peer.ID(via), swim.Frame{Kind: swim.KindPingReq, Target: target, Msg: m})
+}
+
+// errNack is a helper's answer that the target of a ping-req did not
+// answer it either.
+var errNack = errors.New("node: the helper heard nothing from the target either")
+
+// swimExchange sends one frame to p and reads the answer. A connection
+// opened for it is closed after, as a call's is (releaseCallConn): a
+// probe round of a large fleet touches every member.
+func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.Message, error) {
+	fresh := !n.isConnected(p)
+	if fresh {
+		defer n.releaseCallConn(p)
+	}
+	s, err := n.host.NewStream(ctx, p, SwimProtocol)
+	if err != nil {
+		return swim.Message{}, err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	if _, err := s.Write(swim.AppendFrame(nil, f)); err != nil {
+		s.Reset()
+		return swim.Message{}, err
+	}
+	s.CloseWrite()
+	ans, err := readSwimFrame(s, f.Kind == swim.KindSync)
+	if err != nil {
+		s.Reset()
+		n.swim.bad.Add(1)
+		return swim.Message{}, err
+	}
+	n.swimHeard(p)
+	switch {
+	case ans.Kind == swim.KindAck && f.Kind != swim.KindSync, ans.Kind == swim.KindSync && f.Kind == swim.KindSync:
+		return ans.Msg, nil
+	case ans.Kind == swim.KindNack:
+		return swim.Message{}, errNack
+	}
+	n.swim.bad.Add(1)
+	return swim.Message{}, fmt.Errorf("%w: answered with kind %d", swim.ErrFrame, ans.Kind)
+}
+
+// errSyncRefused is a snapshot from a node that does not count, or one
+// past swimSyncing at once.
+var errSyncRefused = errors.New("node: snapshot not taken")
+
+// readSwimFrame reads one frame, to the stream's end: at most
+// swim.MaxFrame bytes, or swim.MaxSyncFrame for a snapshot if sync.
+func readSwimFrame(s io.Reader, sync bool) (swim.Frame, error) {
+	limit := int64(swim.MaxFrame)
+	if sync {
+		limit = swim.MaxSyncFrame
+	}
+	b, err := io.ReadAll(io.LimitReader(s, limit+1))
+	if err != nil {
+		return swim.Frame{}, err
+	}
+	if !sync && len(b) > 0 && swim.Kind(b[0]) == swim.KindSync {
+		return swim.Frame{}, errSyncRefused
+	}
+	return swim.DecodeFrame(b)
+}
+
+// serveSwim answers a probe, a gossip message or a ping-req.
+func (n *Node) serveSwim(s network.Stream) {
+	select {
+	case n.swim.serving <- struct{}{}:
+		defer func() { <-n.swim.serving }()
+	default:
+		n.swim.busy.Add(1)
+		s.Reset()
+		return
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ProbeInterval)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	s.SetDeadline(dl)
+	// Snapshots (up to swim.MaxSyncFrame) only from nodes that count, a
+	// few at a time; from anyone else a frame is a probe's size.
+	remote := s.Conn().RemotePeer()
+	sync := n.rules().Counts(remote)
+	if sync {
+		select {
+		case n.swim.syncing <- struct{}{}:
+			defer func() { <-n.swim.syncing }()
+		default:
+			sync = false
+		}
+	}
+	f, err := readSwimFrame(s, sync)
+	if err == nil && f.Kind != swim.KindPing && f.Kind != swim.KindPingReq && f.Kind != swim.KindSync {
+		err = fmt.Errorf("%w: kind %d asks nothing", swim.ErrFrame, f.Kind)
+	}
+	if errors.Is(err, errSyncRefused) {
+		n.swim.busy.Add(1)
+		s.Reset()
+		return
+	}
+	if err != nil {
+		n.swim.bad.Add(1)
+		n.log.Debug("swim: bad frame", "peer", remote, "err", err)
+		s.Reset()
+		return
+	}
+	n.swimHeard(remote)
+	if f.Kind == swim.KindSync {
+		n.swim.d.ApplySnapshot(f.Msg.Updates)
+		if _, err := s.Write(swim.AppendFrame(nil, swim.Frame{Kind: swim.KindSync, Msg: swim.Message{Updates: n.swim.d.Snapshot()}})); err != nil {
+			s.Reset()
+		}
+		return
+	}
+	ans := swim.Frame{Kind: swim.KindAck}
+	switch {
+	case f.Kind == swim.KindPing:
+		ans.Msg = n.swim.d.HandlePing(f.Msg)
+	default:
+		// Only members are probed for others: a ping-req is no way to
+		// make this node dial whatever a stranger names.
+		if _, known := n.swim.d.State(f.Target); !known || f.Target == string(n.host.ID()) {
+			ans.Kind = swim.KindNack
+			break
+		}
+		m, err := n.swim.d.HandlePingReq(ctx, f.Target, f.Msg)
+		if err != nil {
+			ans.Kind = swim.KindNack
+		}
+		ans.Msg = m
+	}
+	if _, err := s.Write(swim.AppendFrame(nil, ans)); err != nil {
+		s.Reset()
+	}
+}

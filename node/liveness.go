@@ -38,7 +38,11 @@ func (n *Node) reaped(p peer.ID) bool {
 func (n *Node) view(p peer.ID) peerView {
 	var v peerView
 	v.swim, v.heard, v.known = n.swimView(p)
-	if e, ok := n.replica.Get(nodesPrefix + p.String()); ok {
+	e, ok := n.replica.Get(nodesPrefix + p.String())
+	if !v.known && ok && n.swim.d != nil {
+		n.swimMember(p)
+	}
+	if ok {
 		v.record = e.HLC
 		if rec, _ := n.nodeNamed(p); rec.Left {
 			v.leftAt = rec.LeftAt

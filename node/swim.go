@@ -94,33 +94,48 @@ func swimSigned(u swim.Update) []byte {
 // identities cannot join the probe rounds); suspect and dead are an
 // accuser's.
 func (n *Node) verifySwim(u swim.Update) bool {
-	ignored := false
-	ok := func() bool {
-		from, err := peer.IDFromBytes([]byte(u.From))
-		if err != nil || !n.rules().Counts(from) {
-			return false
-		}
-		about, err := peer.IDFromBytes([]byte(u.Node))
-		if err != nil {
-			return false
-		}
-		if u.State == swim.Alive || u.State == swim.Left {
-			if _, ok := n.replica.Get(nodesPrefix + about.String()); !ok {
-				ignored = true // not bad: it may have started just now
-				return false
-			}
-		}
-		pub, err := from.ExtractPublicKey()
-		if err != nil {
-			return false
-		}
-		valid, err := pub.Verify(swimSigned(u), u.Sig)
-		return err == nil && valid
-	}()
-	if !ok && !ignored {
+	err := n.checkSwim(u)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, errNoRecord):
+		// Not bad: the node may have started just now.
+	default:
 		n.swim.bad.Add(1)
+		n.log.Debug("swim: claim refused", "node", peer.ID(u.Node), "state", u.State, "from", peer.ID(u.From), "err", err)
 	}
-	return ok
+	return false
+}
+
+// errNoRecord is a node's word about itself before its record is here.
+var errNoRecord = errors.New("no record of the node here yet")
+
+// checkSwim says why verifySwim refuses u.
+func (n *Node) checkSwim(u swim.Update) error {
+	from, err := peer.IDFromBytes([]byte(u.From))
+	if err != nil {
+		return fmt.Errorf("from: %w", err)
+	}
+	if !n.rules().Counts(from) {
+		return fmt.Errorf("from %s, which does not count (%s)", from, n.rules().Status(from))
+	}
+	about, err := peer.IDFromBytes([]byte(u.Node))
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if u.State == swim.Alive || u.State == swim.Left {
+		if _, ok := n.replica.Get(nodesPrefix + about.String()); !ok {
+			return errNoRecord
+		}
+	}
+	pub, err := from.ExtractPublicKey()
+	if err != nil {
+		return err
+	}
+	if ok, err := pub.Verify(swimSigned(u), u.Sig); err != nil || !ok {
+		return fmt.Errorf("bad signature (%v)", err)
+	}
+	return nil
 }
 
 // startSwim builds the detector, serves SwimProtocol, and makes every
@@ -139,8 +154,8 @@ func (n *Node) startSwim() error {
 	n.swim.d = d
 	n.host.SetStreamHandler(SwimProtocol, n.serveSwim)
 	add := func(key string) {
-		if id, err := peer.Decode(strings.TrimPrefix(key, nodesPrefix)); err == nil && id != n.host.ID() {
-			d.Add(string(id))
+		if id, err := peer.Decode(strings.TrimPrefix(key, nodesPrefix)); err == nil {
+			n.swimMember(id)
 		}
 	}
 	n.replica.Watch(nodesPrefix, func(c gossip.Change) { add(c.Key) })
@@ -181,6 +196,16 @@ func (n *Node) swimSyncLoop() {
 			wait = swimSyncEvery
 			break
 		}
+	}
+}
+
+// swimMember makes p a member of the detector if it counts (admitted or
+// trusted, or anyone in an open cluster): only those are probed, so a
+// stranger's record cannot make every node dial the addresses it names.
+// A node admitted later becomes one when next asked about (view).
+func (n *Node) swimMember(p peer.ID) {
+	if p != n.host.ID() && n.rules().Counts(p) {
+		n.swim.d.Add(string(p))
 	}
 }
 
@@ -226,6 +251,12 @@ func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.
 	fresh := !n.isConnected(p)
 	if fresh {
 		defer n.releaseCallConn(p)
+		// Members count (see swimMember): their records' addresses are
+		// safe to dial, and a probe of a node this one never connected to
+		// has no others.
+		if rec, ok := n.nodeNamed(p); ok && len(n.host.Peerstore().Addrs(p)) == 0 {
+			n.learnAddrs(p, rec.Addrs[:min(len(rec.Addrs), maxRecordAddrs)])
+		}
 	}
 	s, err := n.host.NewStream(ctx, p, SwimProtocol)
 	if err != nil {
@@ -243,7 +274,10 @@ func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.
 	ans, err := readSwimFrame(s, f.Kind == swim.KindSync)
 	if err != nil {
 		s.Reset()
-		n.swim.bad.Add(1)
+		if errors.Is(err, swim.ErrFrame) {
+			n.swim.bad.Add(1)
+			n.log.Debug("swim: bad answer", "peer", p, "err", err)
+		}
 		return swim.Message{}, err
 	}
 	n.swimHeard(p)
@@ -315,8 +349,10 @@ func (n *Node) serveSwim(s network.Stream) {
 		return
 	}
 	if err != nil {
-		n.swim.bad.Add(1)
-		n.log.Debug("swim: bad frame", "peer", remote, "err", err)
+		if errors.Is(err, swim.ErrFrame) { // not a reset or a deadline
+			n.swim.bad.Add(1)
+			n.log.Debug("swim: bad frame", "peer", remote, "err", err)
+		}
 		s.Reset()
 		return
 	}
@@ -331,7 +367,7 @@ func (n *Node) serveSwim(s network.Stream) {
 	ans := swim.Frame{Kind: swim.KindAck}
 	switch {
 	case f.Kind == swim.KindPing:
-		ans.Msg = n.swim.d.HandlePing(f.Msg)
+		ans.Msg = n.swim.d.HandlePing(string(remote), f.Msg)
 	default:
 		// Only members are probed for others: a ping-req is no way to
 		// make this node dial whatever a stranger names.
@@ -339,7 +375,7 @@ func (n *Node) serveSwim(s network.Stream) {
 			ans.Kind = swim.KindNack
 			break
 		}
-		m, err := n.swim.d.HandlePingReq(ctx, f.Target, f.Msg)
+		m, err := n.swim.d.HandlePingReq(ctx, string(remote), f.Target, f.Msg)
 		if err != nil {
 			ans.Kind = swim.KindNack
 		}

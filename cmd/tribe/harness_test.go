@@ -91,15 +91,7 @@ func (a *agentProc) start() {
 
 func (a *agentProc) startCmd(cmd *exec.Cmd) {
 	a.t.Helper()
-	a.cmd = cmd
-	a.log = new(bytes.Buffer)
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	if err := a.cmd.Start(); err != nil {
-		a.t.Fatal(err)
-	}
-	a.done = make(chan error, 1)
-	go func() { a.done <- a.cmd.Wait() }()
-	a.t.Cleanup(a.kill)
+	a.launch(cmd)
 	waitEvery(a.t, 30*time.Second, 5*time.Millisecond, a.name+" to answer on its socket", func() bool {
 		select {
 		case err := <-a.done:
@@ -109,6 +101,20 @@ func (a *agentProc) startCmd(cmd *exec.Cmd) {
 		_, err := api.NewClient(filepath.Join(a.dir, api.SocketName)).Status(context.Background())
 		return err == nil
 	})
+}
+
+// launch runs cmd as the agent's process, without waiting for its API.
+func (a *agentProc) launch(cmd *exec.Cmd) {
+	a.t.Helper()
+	a.cmd = cmd
+	a.log = new(bytes.Buffer)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	a.done = make(chan error, 1)
+	go func() { a.done <- a.cmd.Wait() }()
+	a.t.Cleanup(a.kill)
 }
 
 // kill ends the process with SIGKILL (no clean shutdown), if it runs.

@@ -75,11 +75,12 @@ func (d *Detector) with(f func(m *Members) []Change) {
 	}
 }
 
-// message is what to send next: the changes to piggyback.
-func (d *Detector) message() Message {
+// message is what to send to node next: the changes to piggyback, and
+// this node's suspicion of node if it holds one.
+func (d *Detector) message(node string) Message {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Message{Updates: d.m.Piggyback()}
+	return Message{Updates: d.m.PiggybackTo(node)}
 }
 
 // receive applies what a message carried.
@@ -102,7 +103,7 @@ func (d *Detector) probe(ctx context.Context) {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
-	ack, err := d.tr.Ping(pctx, target, d.message())
+	ack, err := d.tr.Ping(pctx, target, d.message(target))
 	cancel()
 	if err == nil {
 		d.receive(ack)
@@ -115,7 +116,7 @@ func (d *Detector) probe(ctx context.Context) {
 	defer cancel()
 	answered := make(chan bool, len(vias))
 	for _, via := range vias {
-		msg := d.message()
+		msg := d.message(via)
 		go func() {
 			ack, err := d.tr.PingReq(ictx, via, target, msg)
 			if err == nil {
@@ -137,7 +138,10 @@ func (d *Detector) probe(ctx context.Context) {
 }
 
 // gossip ends the suspicions whose time ran out and, while there are
-// changes to spread, sends them to GossipNodes random members.
+// changes to spread, sends them to GossipNodes random members; and it
+// tells one member this node suspects, at random, of the suspicion, so
+// that it refutes it if it can (its gossip may have been lost while the
+// fleet was too busy, as in a start-up storm).
 func (d *Detector) gossip(ctx context.Context) {
 	now := time.Now()
 	d.with(func(m *Members) []Change { return m.Tick(now) })
@@ -146,11 +150,14 @@ func (d *Detector) gossip(ctx context.Context) {
 	if d.m.Pending() {
 		to = d.m.Random(d.cfg.GossipNodes, true)
 	}
+	if s, ok := d.m.RandomSuspect(); ok && !contains(to, s) {
+		to = append(to, s)
+	}
 	d.mu.Unlock()
 	for _, node := range to {
-		msg := d.message()
+		msg := d.message(node)
 		if len(msg.Updates) == 0 {
-			return
+			continue
 		}
 		go func() {
 			ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
@@ -162,24 +169,24 @@ func (d *Detector) gossip(ctx context.Context) {
 	}
 }
 
-// HandlePing answers a probe (or gossip) from another node.
-func (d *Detector) HandlePing(m Message) Message {
+// HandlePing answers a probe (or gossip) from node from.
+func (d *Detector) HandlePing(from string, m Message) Message {
 	d.receive(m)
-	return d.message()
+	return d.message(from)
 }
 
-// HandlePingReq probes target for another node and answers when target
+// HandlePingReq probes target for node from and answers when target
 // did; the error is why it did not (ctx bounds the wait).
-func (d *Detector) HandlePingReq(ctx context.Context, target string, m Message) (Message, error) {
+func (d *Detector) HandlePingReq(ctx context.Context, from, target string, m Message) (Message, error) {
 	d.receive(m)
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 	defer cancel()
-	ack, err := d.tr.Ping(ctx, target, d.message())
+	ack, err := d.tr.Ping(ctx, target, d.message(target))
 	if err != nil {
 		return Message{}, err
 	}
 	d.receive(ack)
-	return d.message(), nil
+	return d.message(from), nil
 }
 
 // Add makes node a member, alive, if it is not known yet.

@@ -436,6 +436,18 @@ func (m *Members) Tick(now time.Time) []Change {
 	return m.Apply(dead, now)
 }
 
+// RandomSuspect is one of the members this node suspects, at random.
+func (m *Members) RandomSuspect() (string, bool) {
+	pick, seen := "", 0
+	for node := range m.suspect {
+		seen++
+		if m.rng.IntN(seen) == 0 {
+			pick = node
+		}
+	}
+	return pick, seen > 0
+}
+
 // Pending reports whether there are changes left to spread.
 func (m *Members) Pending() bool { return m.queue.len() > 0 }
 
@@ -444,6 +456,24 @@ func (m *Members) Pending() bool { return m.queue.len() > 0 }
 // more and dropped when sent RetransmitMult × ceil(log10(N+1)) times.
 func (m *Members) Piggyback() []Update {
 	return m.queue.take(m.cfg.MaxPiggyback, retransmits(m.cfg.RetransmitMult, m.Len()))
+}
+
+// PiggybackTo is Piggyback for a message to node, plus this node's
+// suspicion of it, if it holds one: the suspect hears of it from whoever
+// probes it, and its ack carries the refutation back. Else a suspicion
+// raised while the fleet was too busy to deliver its gossip (as in a
+// start-up storm) would stand until it timed out, the suspect never told.
+func (m *Members) PiggybackTo(node string) []Update {
+	us := m.Piggyback()
+	if mb := m.members[node]; mb != nil && mb.state == Suspect && mb.last.Node == node {
+		for _, u := range us {
+			if u.Node == node && u.State == Suspect && u.Incarnation == mb.inc {
+				return us
+			}
+		}
+		us = append(us, mb.last)
+	}
+	return us
 }
 
 // MaxSnapshot caps the updates of one snapshot.

@@ -236,3 +236,20 @@ func TestSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// TestPiggybackToSuspect: a message to a member this node suspects
+// carries the suspicion, even once its retransmissions are spent.
+func TestPiggybackToSuspect(t *testing.T) {
+	m := newTestMembers("a", "b", "c")
+	m.ProbeFailed("b", t0)
+	for range 20 {
+		m.Piggyback() // spend the suspicion's retransmissions
+	}
+	if got := m.PiggybackTo("c"); len(got) != 0 {
+		t.Fatalf("to c: %+v, want nothing", got)
+	}
+	got := m.PiggybackTo("b")
+	if len(got) != 1 || got[0].Node != "b" || got[0].State != Suspect {
+		t.Fatalf("to b: %+v, want its suspicion", got)
+	}
+}

@@ -73,7 +73,7 @@ func (t memTransport) Ping(ctx context.Context, to string, m Message) (Message, 
 	if err != nil {
 		return Message{}, err
 	}
-	ack := d.HandlePing(m)
+	ack := d.HandlePing(t.self, m)
 	return ack, t.net.leg(ctx)
 }
 
@@ -82,7 +82,7 @@ func (t memTransport) PingReq(ctx context.Context, via, target string, m Message
 	if err != nil {
 		return Message{}, err
 	}
-	ack, err := d.HandlePingReq(ctx, target, m)
+	ack, err := d.HandlePingReq(ctx, t.self, target, m)
 	if err != nil {
 		return Message{}, err
 	}

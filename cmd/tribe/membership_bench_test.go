@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// serfVersion is the HashiCorp Serf the membership benchmark compares
+// against, built from the module proxy into the Go build cache's dir.
+const serfVersion = "v0.10.2"
+
+// serfBin builds serf once (go install from the module proxy), or says
+// why it cannot.
+var serfBin = sync.OnceValues(func() (string, error) {
+	dir := filepath.Join(os.TempDir(), "tribe-bench-serf-"+serfVersion)
+	bin := filepath.Join(dir, "serf")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	cmd := exec.Command("go", "install", "github.com/hashicorp/serf/cmd/serf@"+serfVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install serf %s: %v\n%s", serfVersion, err, out)
+	}
+	return bin, nil
+})
+
+// BenchmarkMembership20And50 starts an agent on loopback, then N−1 more at
+// once, each joining the first, and measures the time from their start
+// until every agent lists all N alive; then idle CPU (over 30 s) and RSS per agent. The same
+// for HashiCorp Serf's agents in the same run, where it builds; reported
+// side by side with the ratios (target: tribe's convergence at most
+// Serf's).
+func BenchmarkMembership20And50(b *testing.B) {
+	serf, serfErr := serfBin()
+	if serfErr != nil {
+		b.Logf("serf is left out: %v", serfErr)
+	}
+	for _, n := range []int{20, 50} {
+		var conv, cpu, rss, sConv, sCPU, sRSS float64
+		for range b.N {
+			c, p, r := tribeMembership(b, n)
+			conv, cpu, rss = conv+c, cpu+p, rss+r
+			if serfErr == nil {
+				c, p, r := serfMembership(b, serf, n)
+				sConv, sCPU, sRSS = sConv+c, sCPU+p, sRSS+r
+			}
+		}
+		k := float64(b.N)
+		b.ReportMetric(conv/k, fmt.Sprintf("tribe_converge_s@%d", n))
+		b.ReportMetric(cpu/k, fmt.Sprintf("tribe_idle_cpu_ms_per_min@%d", n))
+		b.ReportMetric(rss/k, fmt.Sprintf("tribe_rss_MB@%d", n))
+		if serfErr == nil {
+			b.ReportMetric(sConv/k, fmt.Sprintf("serf_converge_s@%d", n))
+			b.ReportMetric(sCPU/k, fmt.Sprintf("serf_idle_cpu_ms_per_min@%d", n))
+			b.ReportMetric(sRSS/k, fmt.Sprintf("serf_rss_MB@%d", n))
+			b.ReportMetric(conv/sConv, fmt.Sprintf("converge_tribe/serf@%d", n))
+		}
+	}
+}
+
+// idleWindow is how long idle CPU is measured over, after convergence and
+// idleSettle.
+const idleWindow = 30 * time.Second
+
+// tribeMembership runs the tribe side: seconds to converge, idle CPU in
+// ms per minute and RSS in MB, each per agent.
+func tribeMembership(b *testing.B, n int) (conv, cpu, rss float64) {
+	agents := make([]*agentProc, n)
+	agents[0] = newAgent(b, "m0", "--log-level", "warn")
+	agents[0].start()
+	seed := agents[0].tcpJoin()
+	start := time.Now()
+	for i := 1; i < n; i++ {
+		agents[i] = newAgent(b, fmt.Sprintf("m%d", i), "--join", seed, "--log-level", "warn")
+		agents[i].launch(exec.Command(tribeBin, agents[i].args...))
+	}
+	defer func() {
+		for _, a := range agents {
+			a.kill()
+		}
+	}()
+	allAlive := func(a *agentProc) bool {
+		nodes, err := api.NewClient(filepath.Join(a.dir, api.SocketName)).Nodes(context.Background(), "")
+		if err != nil {
+			return false
+		}
+		alive := 0
+		for _, nd := range nodes {
+			if nd.Liveness == "alive" {
+				alive++
+			}
+		}
+		return alive == n
+	}
+	waitAll(b, n, "tribe", func(i int) bool { return allAlive(agents[i]) })
+	conv = time.Since(start).Seconds()
+	pids := make([]int, n)
+	for i, a := range agents {
+		pids[i] = a.cmd.Process.Pid
+	}
+	cpu, rss = idleCost(b, pids)
+	return conv, cpu, rss
+}
+
+// serfMembership runs the same with serf agents.
+func serfMembership(b *testing.B, serf string, n int) (conv, cpu, rss float64) {
+	type proc struct {
+		cmd *exec.Cmd
+		rpc string
+	}
+	procs := make([]proc, n)
+	defer func() {
+		for _, p := range procs {
+			if p.cmd != nil && p.cmd.Process != nil {
+				p.cmd.Process.Kill()
+				p.cmd.Wait()
+			}
+		}
+	}()
+	var seed string
+	var start time.Time
+	for i := range n {
+		bind := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+		rpc := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+		args := []string{"agent", "-node", fmt.Sprintf("s%d", i), "-bind", bind, "-rpc-addr", rpc, "-log-level", "warn"}
+		if i > 0 {
+			args = append(args, "-join", seed)
+		} else {
+			seed = bind
+		}
+		cmd := exec.Command(serf, args...)
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		procs[i] = proc{cmd, rpc}
+		if i == 0 {
+			waitEvery(b, 30*time.Second, 5*time.Millisecond, "serf agent to answer", func() bool {
+				return exec.Command(serf, "members", "-rpc-addr", rpc).Run() == nil
+			})
+			start = time.Now()
+		}
+	}
+	waitAll(b, n, "serf", func(i int) bool {
+		out, err := exec.Command(serf, "members", "-rpc-addr", procs[i].rpc, "-status", "alive", "-format", "json").Output()
+		if err != nil {
+			return false
+		}
+		var m struct{ Members []json.RawMessage }
+		return json.Unmarshal(out, &m) == nil && len(m.Members) == n
+	})
+	conv = time.Since(start).Seconds()
+	pids := make([]int, n)
+	for i, p := range procs {
+		pids[i] = p.cmd.Process.Pid
+	}
+	cpu, rss = idleCost(b, pids)
+	return conv, cpu, rss
+}
+
+// waitAll polls ok for every agent, at most 8 at a time, until all hold
+// (at most five minutes).
+func waitAll(b *testing.B, n int, what string, ok func(i int) bool) {
+	deadline := time.Now().Add(5 * time.Minute)
+	done := make([]bool, n)
+	for left := n; left > 0; {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %d of %d agents do not list all %d alive after 5 minutes", what, left, n, n)
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for i := range n {
+			if done[i] {
+				continue
+			}
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				done[i] = ok(i)
+			})
+		}
+		wg.Wait()
+		left = 0
+		for _, d := range done {
+			if !d {
+				left++
+			}
+		}
+		if left > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// idleCost waits idleSettle, then measures the processes' CPU over
+// idleWindow (ms per minute, mean per process) and their RSS at its end
+// (MB, mean).
+func idleCost(b *testing.B, pids []int) (cpuMsPerMin, rssMB float64) {
+	time.Sleep(idleSettle)
+	before := make([]float64, len(pids))
+	for i, pid := range pids {
+		before[i] = procCPUms(b, pid)
+	}
+	time.Sleep(idleWindow)
+	for i, pid := range pids {
+		cpuMsPerMin += (procCPUms(b, pid) - before[i]) * float64(time.Minute) / float64(idleWindow)
+		r, _ := memOf(b, pid)
+		rssMB += r
+	}
+	n := float64(len(pids))
+	return cpuMsPerMin / n, rssMB / n
+}
+
+// procCPUms is a process's user and system CPU so far, in ms.
+func procCPUms(b *testing.B, pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) * 10 // clock ticks of 10 ms
+}

@@ -4,24 +4,34 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/swim"
 	"github.com/tribeagent/tribe/node/api/events"
 )
 
 // The event stream (`tribe watch`): every applied state change goes
-// through events.Translate, and a loop samples the liveness of every known
-// node while anyone watches. Both publish to the hub, which never blocks:
-// a watcher that falls behind loses its oldest events, not the replica's
-// time.
+// through events.Translate; liveness changes come from the failure
+// detector as it makes them (noteLiveness), and a loop samples the
+// liveness of every known node while anyone watches, for what the
+// detector does not say (a record that says left, a force-leave, a new
+// node). All publish to the hub, which never blocks: a watcher that falls
+// behind loses its oldest events, not the replica's time.
 
-// livenessSampleEvery is how often liveness is sampled for watchers, at
-// most; a shorter probe interval samples faster, so a suspect phase
-// (at least four probe intervals long) is always seen.
+// livenessSampleEvery is how often liveness is sampled for watchers.
 const livenessSampleEvery = time.Second
+
+// liveTracker is the liveness tracker the sampler and the detector's
+// changes share.
+type liveTracker struct {
+	mu    sync.Mutex
+	t     *events.Liveness
+	names events.Names
+}
 
 // startEvents makes the hub and starts feeding it. It runs in Start, before
 // the node talks to anyone; the authority's watchers, registered in New,
@@ -40,6 +50,7 @@ func (n *Node) startEvents() {
 		rec, _ := n.nodeNamed(p) // pending nodes: what they call themselves
 		return rec.Name
 	}
+	n.watchLive.t, n.watchLive.names = events.NewLiveness(), names
 	value := func(s *gossip.Signed) []byte {
 		switch {
 		case s == nil || s.Deleted:
@@ -57,31 +68,68 @@ func (n *Node) startEvents() {
 	})
 	n.spawn(func() {
 		defer cancel()
-		n.livenessEvents(names)
+		n.livenessEvents()
 	})
 }
 
-// livenessEvents samples the liveness of every node with a record, other
-// than this one, and publishes the transitions, while anyone watches.
-func (n *Node) livenessEvents(names events.Names) {
-	tracker := events.NewLiveness()
-	every := min(livenessSampleEvery, n.cfg.ProbeInterval)
-	for n.sleep(every) {
-		if !n.events.Active() {
-			tracker.Reset()
+// livenessEvents samples the liveness of every known node while anyone
+// watches.
+func (n *Node) livenessEvents() {
+	for n.sleep(livenessSampleEvery) {
+		n.sampleLiveness()
+	}
+}
+
+// sampleLiveness takes the liveness of every node with a record, other
+// than this one, and publishes the transitions since the last sample (the
+// first sets the baseline); while nobody watches, it forgets the baseline.
+func (n *Node) sampleLiveness() {
+	// Under the lock: two samples (the loop's and a new watcher's) or a
+	// sample and a noted change are taken in the order they are observed,
+	// and a watcher that just came is never left without a baseline.
+	n.watchLive.mu.Lock()
+	defer n.watchLive.mu.Unlock()
+	if !n.events.Active() {
+		n.watchLive.t.Reset()
+		return
+	}
+	var samples []events.Sample
+	for _, e := range n.replica.Prefix(nodesPrefix) {
+		id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
+		if err != nil || id == n.host.ID() {
 			continue
 		}
-		var samples []events.Sample
-		for _, e := range n.replica.Prefix(nodesPrefix) {
-			id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
-			if err != nil || id == n.host.ID() {
-				continue
-			}
-			samples = append(samples, events.Sample{Node: id.String(), Name: names(id.String()), State: n.liveness(id)})
-		}
-		n.events.Publish(tracker.Observe(samples, n.now())...)
-		n.livenessSamples.Add(1)
+		samples = append(samples, events.Sample{Node: id.String(), Name: n.watchLive.names(id.String()), State: n.liveness(id)})
 	}
+	n.events.Publish(n.watchLive.t.Observe(samples, n.now())...)
+}
+
+// noteLiveness publishes what the failure detector just changed, in the
+// order it changed it (the detector delivers one batch at a time): a
+// suspect phase shorter than the sampling period is still seen. A node
+// whose record says it left stays left whatever the detector says.
+func (n *Node) noteLiveness(changes []swim.Change) {
+	if n.events == nil || !n.events.Active() {
+		return
+	}
+	now := n.now()
+	var evs []events.Event
+	n.watchLive.mu.Lock()
+	for _, c := range changes {
+		id := peer.ID(c.Node)
+		if _, ok := n.replica.Get(nodesPrefix + id.String()); !ok {
+			continue // not a node the views show
+		}
+		state := swimLiveness[c.State]
+		if n.view(id).state() == Left {
+			state = Left
+		}
+		if e, ok := n.watchLive.t.Note(events.Sample{Node: id.String(), Name: n.watchLive.names(id.String()), State: state}, now); ok {
+			evs = append(evs, e)
+		}
+	}
+	n.events.Publish(evs...)
+	n.watchLive.mu.Unlock()
 }
 
 // Watch implements api.Agent.
@@ -91,6 +139,9 @@ func (n *Node) Watch(ctx context.Context, prefix string, emit func(*events.Event
 	}
 	sub := n.events.Subscribe(prefix)
 	defer sub.Close()
+	// The baseline before the watcher hears it is watching: a change right
+	// after is an event, not the baseline.
+	n.sampleLiveness()
 	emit(nil)
 	for {
 		e, err := sub.Next(ctx)

@@ -157,18 +157,16 @@ type Node struct {
 	recordMu     sync.Mutex // one writer of the node's record at a time (tribes.go)
 	reconcileCh  chan struct{}
 
-	registry *plugins.Registry
-	sharing  sharing // plugins trusted writers share (sharedplugins.go)
-	plugins  pluginSet
-	tasks    taskSet
-	jobs     jobSet
-	calls    *plugins.Server
-	names    sync.Map // peer.ID -> cachedName (tribes.go)
-	auth     authState
-	events   *events.Hub // what `tribe watch` streams (events.go)
-	// livenessSamples counts the samples taken for watchers: the first
-	// after a watcher comes is the baseline its events start from.
-	livenessSamples atomic.Int64
+	registry  *plugins.Registry
+	sharing   sharing // plugins trusted writers share (sharedplugins.go)
+	plugins   pluginSet
+	tasks     taskSet
+	jobs      jobSet
+	calls     *plugins.Server
+	names     sync.Map // peer.ID -> cachedName (tribes.go)
+	auth      authState
+	events    *events.Hub // what `tribe watch` streams (events.go)
+	watchLive liveTracker // the liveness transitions watchers have been told (events.go)
 
 	// Leaving (leave.go): leaveMu makes the farewell happen once;
 	// leftAt (under recordMu) is when this node left.

@@ -147,7 +147,7 @@ func (n *Node) startSwim() error {
 	n.swim.serving = make(chan struct{}, swimServing)
 	n.swim.syncing = make(chan struct{}, swimSyncing)
 	n.swim.heard = map[peer.ID]time.Time{}
-	d, err := swim.New(n.swimConfig(), swimTransport{n}, rng, nil)
+	d, err := swim.New(n.swimConfig(), swimTransport{n}, rng, n.noteLiveness)
 	if err != nil {
 		return fmt.Errorf("node: failure detector: %w", err)
 	}

@@ -25,14 +25,24 @@ type Detector struct {
 	tr       Transport
 	onChange func([]Change)
 
-	mu sync.Mutex
-	m  *Members
+	mu    sync.Mutex
+	m     *Members
+	batch uint64 // batches of changes the core made (under mu)
+
+	// Changes reach onChange one batch at a time, in the order the core
+	// made them (a suspect is never told after its dead): a batch waits
+	// until the one before it was delivered.
+	deliverMu sync.Mutex
+	delivered uint64
+	turn      *sync.Cond
 }
 
 // New returns a detector for cfg.Self on tr. onChange, if not nil, is
 // called with the members whose state changed here, from the detector's
-// goroutines or the handlers' callers, with no lock held (it may call
-// the detector); it must not block long.
+// goroutines or the handlers' callers, one call at a time and in the
+// order the changes were made, with no lock held. It may read the
+// detector (State, Stats, Snapshot) but not change it, and must not
+// block long: the next batch waits for it.
 func New(cfg Config, tr Transport, rng *rand.Rand, onChange func([]Change)) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -41,7 +51,9 @@ func New(cfg Config, tr Transport, rng *rand.Rand, onChange func([]Change)) (*De
 		onChange = func([]Change) {}
 	}
 	cfg = cfg.withDefaults()
-	return &Detector{cfg: cfg, tr: tr, onChange: onChange, m: NewMembers(cfg, rng)}, nil
+	d := &Detector{cfg: cfg, tr: tr, onChange: onChange, m: NewMembers(cfg, rng)}
+	d.turn = sync.NewCond(&d.deliverMu)
+	return d, nil
 }
 
 // Run probes and gossips until ctx ends.
@@ -65,14 +77,29 @@ func (d *Detector) every(ctx context.Context, interval time.Duration, f func(con
 	}
 }
 
-// with runs f on the core under the lock and reports its changes after.
+// with runs f on the core under the lock and reports its changes after,
+// in the order the core made them.
 func (d *Detector) with(f func(m *Members) []Change) {
 	d.mu.Lock()
 	changes := f(d.m)
-	d.mu.Unlock()
-	if len(changes) > 0 {
-		d.onChange(changes)
+	if len(changes) == 0 {
+		d.mu.Unlock()
+		return
 	}
+	d.batch++
+	mine := d.batch
+	d.mu.Unlock()
+
+	d.deliverMu.Lock()
+	for d.delivered != mine-1 {
+		d.turn.Wait()
+	}
+	d.deliverMu.Unlock()
+	d.onChange(changes)
+	d.deliverMu.Lock()
+	d.delivered = mine
+	d.turn.Broadcast()
+	d.deliverMu.Unlock()
 }
 
 // message is what to send to node next: the changes to piggyback, and

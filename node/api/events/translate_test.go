@@ -119,8 +119,26 @@ func TestLivenessTransitions(t *testing.T) {
 	if len(got) != 1 || got[0].Node != "c" || got[0].From != "" {
 		t.Fatalf("got %+v, want c as a new node", got)
 	}
-	// After Reset the next sample is a baseline again.
+	// A change noted between samples is reported once: by Note, not
+	// again by the sample that finds it.
+	if e, ok := l.Note(s("a", "suspect"), at(5)); !ok || e.Type != "node-suspect" || e.From != "left" {
+		t.Fatalf("noted %+v %v, want a node-suspect from left", e, ok)
+	}
+	if e, ok := l.Note(s("a", "dead"), at(5)); !ok || e.From != "suspect" {
+		t.Fatalf("noted %+v %v, want a node-dead from suspect", e, ok)
+	}
+	if _, ok := l.Note(s("a", "dead"), at(5)); ok {
+		t.Fatal("the same state noted twice was reported twice")
+	}
+	if got := l.Observe([]Sample{s("a", "dead"), s("b", "alive"), s("c", "dead")}, at(6)); len(got) != 0 {
+		t.Fatalf("a noted change was reported again: %+v", got)
+	}
+	// After Reset the next sample is a baseline again, and nothing is
+	// noted before it.
 	l.Reset()
+	if _, ok := l.Note(s("a", "suspect"), at(7)); ok {
+		t.Fatal("a change was noted with no baseline")
+	}
 	if got := l.Observe([]Sample{s("a", "alive")}, at(5)); len(got) != 0 {
 		t.Fatalf("the baseline after Reset reported %+v", got)
 	}

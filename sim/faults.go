@@ -39,8 +39,30 @@ func (s *Sim) Partition(groups ...[]int) error {
 	s.mu.Lock()
 	s.group = group
 	s.mu.Unlock()
+	return s.sever(func(f func(a, b peer.ID)) { s.crossPairs(group, f) })
+}
+
+// Cut severs the link between nodes i and j alone, as a firewall between
+// two hosts would: neither can dial the other, and their connections
+// close; each still reaches the rest. Heal mends it.
+func (s *Sim) Cut(i, j int) error {
+	if err := s.needMockNet(); err != nil {
+		return err
+	}
+	if i < 0 || j < 0 || i >= len(s.members) || j >= len(s.members) || i == j {
+		return fmt.Errorf("sim: cut: no link between nodes %d and %d", i, j)
+	}
+	a, b := s.members[i].id, s.members[j].id
+	s.mu.Lock()
+	s.cut[[2]peer.ID{a, b}], s.cut[[2]peer.ID{b, a}] = true, true
+	s.mu.Unlock()
+	return s.sever(func(f func(a, b peer.ID)) { f(a, b) })
+}
+
+// sever unlinks the pairs each names and closes their connections.
+func (s *Sim) sever(each func(f func(a, b peer.ID))) error {
 	var errs []error
-	s.crossPairs(group, func(a, b peer.ID) {
+	each(func(a, b peer.ID) {
 		if len(s.mn.LinksBetweenPeers(a, b)) > 0 {
 			errs = append(errs, s.mn.UnlinkPeers(a, b))
 		}
@@ -50,7 +72,7 @@ func (s *Sim) Partition(groups ...[]int) error {
 	// in a row find none.
 	for pass, clean := 0, 0; clean < 5; pass++ {
 		open := 0
-		s.crossPairs(group, func(a, b peer.ID) {
+		each(func(a, b peer.ID) {
 			if len(s.mn.Net(a).ConnsToPeer(b)) > 0 {
 				open++
 				errs = append(errs, s.mn.DisconnectPeers(a, b))
@@ -62,7 +84,7 @@ func (s *Sim) Partition(groups ...[]int) error {
 			clean = 0
 		}
 		if pass == 500 {
-			errs = append(errs, fmt.Errorf("sim: partition: connections keep reappearing"))
+			errs = append(errs, fmt.Errorf("sim: connections keep reappearing"))
 			break
 		}
 		time.Sleep(20 * time.Millisecond) // let in-flight dials land
@@ -81,27 +103,32 @@ func (s *Sim) crossPairs(group []int, f func(a, b peer.ID)) {
 	}
 }
 
-// Heal relinks every pair of running nodes that a partition separated. The
-// nodes reconnect by themselves (join peers, remembered peers, rendezvous).
+// Heal relinks every pair of running nodes that a partition or a Cut
+// separated. The nodes reconnect by themselves (join peers, remembered
+// peers, rendezvous).
 func (s *Sim) Heal() error {
 	if err := s.needMockNet(); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	group := s.group
-	s.group = make([]int, len(s.members))
+	group, cut := s.group, s.cut
+	s.group, s.cut = make([]int, len(s.members)), map[[2]peer.ID]bool{}
 	s.mu.Unlock()
 	var errs []error
 	running := map[peer.ID]bool{}
 	for i, m := range s.members {
 		running[m.id] = s.Node(i) != nil
 	}
-	s.crossPairs(group, func(a, b peer.ID) {
+	relink := func(a, b peer.ID) {
 		if running[a] && running[b] && len(s.mn.LinksBetweenPeers(a, b)) == 0 {
 			_, err := s.mn.LinkPeers(a, b)
 			errs = append(errs, err)
 		}
-	})
+	}
+	s.crossPairs(group, relink)
+	for pair := range cut {
+		relink(pair[0], pair[1])
+	}
 	return errors.Join(errs...)
 }
 
@@ -136,7 +163,8 @@ func (s *Sim) Crash(i int) error {
 }
 
 // Restart brings crashed node i back with the same identity and data dir on
-// a fresh mocknet host, linked to every node of its partition group.
+// a fresh mocknet host, linked to every node of its partition group but
+// those it is Cut from.
 func (s *Sim) Restart(ctx context.Context, i int) error {
 	if err := s.needMockNet(); err != nil {
 		return err
@@ -153,8 +181,8 @@ func (s *Sim) Restart(ctx context.Context, i int) error {
 		return fmt.Errorf("sim: restart %d: %w", i, err)
 	}
 	for j, o := range s.members {
-		if j == i || group[j] != group[i] || s.Node(j) == nil {
-			continue // a crashed node links up when it restarts
+		if j == i || group[j] != group[i] || s.Node(j) == nil || s.across(m.id, o.id) {
+			continue // a crashed node links up when it restarts; a Cut stays cut
 		}
 		if _, err := s.mn.LinkPeers(m.id, o.id); err != nil {
 			return fmt.Errorf("sim: restart %d: %w", i, err)

@@ -124,7 +124,8 @@ type Sim struct {
 
 	mu      sync.Mutex
 	members []*member
-	group   []int // partition group of each node; all 0 when healed
+	group   []int               // partition group of each node; all 0 when healed
+	cut     map[[2]peer.ID]bool // pairs Cut apart, both ways
 }
 
 type member struct {
@@ -150,7 +151,7 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.Bandwidth == 0 {
 		cfg.Bandwidth = 100_000_000
 	}
-	s := &Sim{cfg: cfg, mn: mocknet.New(), dir: cfg.Dir, log: cfg.Logger}
+	s := &Sim{cfg: cfg, mn: mocknet.New(), dir: cfg.Dir, log: cfg.Logger, cut: map[[2]peer.ID]bool{}}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -308,10 +309,13 @@ func (s *Sim) boot(ctx context.Context, i int) error {
 	return nil
 }
 
-// across reports whether a partition separates a and b.
+// across reports whether a partition or a Cut separates a and b.
 func (s *Sim) across(a, b peer.ID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cut[[2]peer.ID{a, b}] {
+		return true
+	}
 	ga, gb := -1, -1
 	for i, m := range s.members {
 		switch m.id {

@@ -69,15 +69,14 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 	}
 
 	limits := limitsFor(cfg)
-	base, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.resourceLimits()), limits.resourceOptions()...)
+	rm, err := NewResourceManager(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("node: resource manager: %w", err)
+		return nil, err
 	}
-	rm := newHandshakeGuard(base, limits.HandshakesPerIP)
 	closers = append(closers, rm.Close)
-	cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+	cm, err := NewConnManager(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("node: connection manager: %w", err)
+		return nil, err
 	}
 	closers = append(closers, cm.Close)
 
@@ -142,6 +141,30 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 	}
 	h.Start()
 	return &agentHost{BasicHost: h, quic: quicConns}, nil
+}
+
+// NewResourceManager is the resource manager of an agent with
+// configuration cfg: the limits of limitsFor (limits.go) and the cap on
+// handshakes per address. The simulator builds its hosts with it too.
+func NewResourceManager(cfg Config) (network.ResourceManager, error) {
+	limits := limitsFor(cfg)
+	base, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.resourceLimits()), limits.resourceOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("node: resource manager: %w", err)
+	}
+	return newHandshakeGuard(base, limits.HandshakesPerIP), nil
+}
+
+// NewConnManager is the connection manager of an agent with
+// configuration cfg: it trims to ConnLow when over ConnHigh, sparing
+// connections younger than a minute. The simulator builds its hosts with
+// it too.
+func NewConnManager(cfg Config) (*connmgr.BasicConnMgr, error) {
+	cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+	if err != nil {
+		return nil, fmt.Errorf("node: connection manager: %w", err)
+	}
+	return cm, nil
 }
 
 // agentHost is the basic host plus what its Close does not close.

@@ -328,8 +328,9 @@ func (s *Sim) across(a, b peer.ID) bool {
 	return ga != -1 && gb != -1 && ga != gb
 }
 
-// host is m's libp2p host: its mocknet host, or a new QUIC host on its
-// simnet endpoint.
+// host is m's libp2p host, with a real agent's connection manager: its
+// mocknet host, or a new QUIC host on its simnet endpoint that also has an
+// agent's resource manager (see simnetHost and mockHost).
 func (s *Sim) host(m *member) (host.Host, error) {
 	if s.cfg.Net == MockNet {
 		h := s.mn.Host(m.id)
@@ -342,12 +343,12 @@ func (s *Sim) host(m *member) (host.Host, error) {
 				go c.Close()
 			}
 		}})
-		return h, nil
+		return newMockHost(h, m.cfg)
 	}
 	link := simnet.LinkSettings{BitsPerSecond: s.cfg.Bandwidth}
 	s.netMu.Lock() // simnet's endpoint list is not safe for concurrent use
 	defer s.netMu.Unlock()
-	return simnetHost(m.key, m.addr, s.net, simnet.NodeBiDiLinkSettings{Uplink: link, Downlink: link})
+	return simnetHost(m.cfg, m.key, m.addr, s.net, simnet.NodeBiDiLinkSettings{Uplink: link, Downlink: link})
 }
 
 // Len is the number of nodes, running or crashed.

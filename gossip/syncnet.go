@@ -80,10 +80,9 @@ var errEntryRefused = errors.New("gossip: sync entry refused")
 
 // Penalised reports whether p is in its sync cool-down: it broke the sync
 // protocol less than SyncCooldown ago, and this node neither pulls from it
-// nor serves its pulls. Safe for concurrent use. Other layers may consult
-// it: gossipsub's peer scoring (not enabled in this project) takes an
-// application-specific score function that could count it against the
-// peer, and a connection manager could trim such peers first.
+// nor serves its pulls. Safe for concurrent use. The node consults it
+// before job hand-offs and plugin fetches (pushes check it here). Gossipsub's peer
+// scoring (score.go) counts only rejected pubsub entries, not this.
 func (r *Replica) Penalised(p peer.ID) bool {
 	return r.penalties.active(p, r.now())
 }

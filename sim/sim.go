@@ -258,15 +258,33 @@ func (r seededReader) Read(p []byte) (int, error) {
 
 // Start builds and starts every node, a few at a time.
 func (s *Sim) Start(ctx context.Context) error {
+	all := make([]int, len(s.members))
+	for i := range all {
+		all[i] = i
+	}
+	return s.StartNodes(ctx, all...)
+}
+
+// StartNodes builds and starts the nodes given, a few at a time: with
+// Start(ctx) replaced by StartNodes(ctx, 0..n-2) and later StartNodes(ctx,
+// n-1), a node joins a fleet that is already up. A node that runs is an
+// error.
+func (s *Sim) StartNodes(ctx context.Context, idx ...int) error {
 	sem := make(chan struct{}, 4*runtime.GOMAXPROCS(0))
-	errs := make([]error, len(s.members))
+	errs := make([]error, len(idx))
 	var wg sync.WaitGroup
-	for i := range s.members {
+	for k, i := range idx {
+		if i < 0 || i >= len(s.members) {
+			return fmt.Errorf("sim: no node %d", i)
+		}
+		if s.Node(i) != nil {
+			return fmt.Errorf("sim: node %d is running", i)
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			errs[i] = s.boot(ctx, i)
+			errs[k] = s.boot(ctx, i)
 		}()
 	}
 	wg.Wait()

@@ -64,6 +64,9 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 		Dropped:          n.drops.Counts(),
 		Plugins:          map[string]int{"loaded": 0, "error": 0},
 	}
+	if n.swim.d != nil {
+		snap.ProbeHealth = n.swim.d.Stats().Health
+	}
 	rules := n.rules()
 	if n.replica.Trust().Open() {
 		snap.NodesByAdmission[string(authority.Open)] = 0

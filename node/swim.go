@@ -240,10 +240,6 @@ func (t swimTransport) PingReq(ctx context.Context, via, target string, m swim.M
 	return t.n.swimExchange(ctx, peer.ID(via), swim.Frame{Kind: swim.KindPingReq, Target: target, Msg: m})
 }
 
-// errNack is a helper's answer that the target of a ping-req did not
-// answer it either.
-var errNack = errors.New("node: the helper heard nothing from the target either")
-
 // swimExchange sends one frame to p and reads the answer. A connection
 // opened for it is closed after, as a call's is (releaseCallConn): a
 // probe round of a large fleet touches every member.
@@ -285,7 +281,7 @@ func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.
 	case ans.Kind == swim.KindAck && f.Kind != swim.KindSync, ans.Kind == swim.KindSync && f.Kind == swim.KindSync:
 		return ans.Msg, nil
 	case ans.Kind == swim.KindNack:
-		return swim.Message{}, errNack
+		return swim.Message{}, swim.ErrNack
 	}
 	n.swim.bad.Add(1)
 	return swim.Message{}, fmt.Errorf("%w: answered with kind %d", swim.ErrFrame, ans.Kind)

@@ -2,6 +2,7 @@ package swim
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -13,9 +14,15 @@ type Transport interface {
 	// Ping sends m to node and returns its ack.
 	Ping(ctx context.Context, node string, m Message) (Message, error)
 	// PingReq asks via to probe target for this node (via's
-	// HandlePingReq); an ack means target answered via.
+	// HandlePingReq); an ack means target answered via. An error that
+	// wraps ErrNack means via answered that target did not: via is
+	// healthy, which tells this node its own health (Lifeguard).
 	PingReq(ctx context.Context, via, target string, m Message) (Message, error)
 }
+
+// ErrNack is a helper's answer to a ping-req that the target did not
+// answer it either.
+var ErrNack = errors.New("swim: the helper heard nothing from the target either")
 
 // Detector runs Members on a Transport: a probe loop and a gossip loop,
 // and the handlers of the messages other nodes send. It is safe for
@@ -121,27 +128,31 @@ func (d *Detector) receive(m Message) {
 
 // probe probes the next member: directly, then through IndirectChecks
 // others until the probe interval ends; if nobody hears from it, it is
-// suspect.
+// suspect. The timeout and the interval stretch with the local health
+// score, and the outcome moves it (Lifeguard's awareness): a node that
+// cannot get answers itself waits longer before it accuses anyone.
 func (d *Detector) probe(ctx context.Context) {
 	d.mu.Lock()
 	target, ok := d.m.NextProbe()
+	timeout, interval := d.m.Scale(d.cfg.ProbeTimeout), d.m.Scale(d.cfg.ProbeInterval)
 	d.mu.Unlock()
 	if !ok {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	ack, err := d.tr.Ping(pctx, target, d.message(target))
 	cancel()
 	if err == nil {
+		d.health(probeHealthDelta(true, false, 0, 0))
 		d.receive(ack)
 		return
 	}
 	d.mu.Lock()
 	vias := d.m.Random(d.cfg.IndirectChecks, false, target)
 	d.mu.Unlock()
-	ictx, cancel := context.WithTimeout(ctx, d.cfg.ProbeInterval-d.cfg.ProbeTimeout)
+	ictx, cancel := context.WithTimeout(ctx, interval-timeout)
 	defer cancel()
-	answered := make(chan bool, len(vias))
+	answered := make(chan error, len(vias))
 	for _, via := range vias {
 		msg := d.message(via)
 		go func() {
@@ -149,19 +160,33 @@ func (d *Detector) probe(ctx context.Context) {
 			if err == nil {
 				d.receive(ack)
 			}
-			answered <- err == nil
+			answered <- err
 		}()
 	}
+	nacks := 0
 	for range vias {
-		if <-answered {
+		err := <-answered
+		if err == nil {
+			d.health(probeHealthDelta(false, true, len(vias), nacks))
 			return
+		}
+		if errors.Is(err, ErrNack) {
+			nacks++
 		}
 	}
 	if ctx.Err() != nil {
 		return
 	}
+	d.health(probeHealthDelta(false, false, len(vias), nacks))
 	now := time.Now()
 	d.with(func(m *Members) []Change { return m.ProbeFailed(target, now) })
+}
+
+// health moves the local health score by delta.
+func (d *Detector) health(delta int) {
+	d.mu.Lock()
+	d.m.HealthDelta(delta)
+	d.mu.Unlock()
 }
 
 // gossip ends the suspicions whose time ran out and, while there are
@@ -203,10 +228,13 @@ func (d *Detector) HandlePing(from string, m Message) Message {
 }
 
 // HandlePingReq probes target for node from and answers when target
-// did; the error is why it did not (ctx bounds the wait).
+// did; the error is why it did not (ctx bounds the wait). It gives up in
+// time for its nack to reach a healthy requester before the requester's
+// indirect window (ProbeInterval − ProbeTimeout) closes: a nack that comes
+// late reads as the requester's own ill health.
 func (d *Detector) HandlePingReq(ctx context.Context, from, target string, m Message) (Message, error) {
 	d.receive(m)
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, min(d.cfg.ProbeTimeout, (d.cfg.ProbeInterval-d.cfg.ProbeTimeout)*4/5))
 	defer cancel()
 	ack, err := d.tr.Ping(ctx, target, d.message(target))
 	if err != nil {
@@ -246,12 +274,13 @@ func (d *Detector) State(node string) (State, bool) {
 type Stats struct {
 	Members int   // known, this node included
 	Bad     int64 // updates whose signature did not verify
+	Health  int   // the local health score (Members.Health)
 }
 
 func (d *Detector) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Stats{Members: d.m.Len(), Bad: d.m.Bad()}
+	return Stats{Members: d.m.Len(), Bad: d.m.Bad(), Health: d.m.Health()}
 }
 
 // Leave says this node is leaving to up to GossipNodes × RetransmitMult

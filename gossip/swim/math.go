@@ -35,3 +35,20 @@ func suspicionLeft(c, k int, elapsed, lo, hi time.Duration) time.Duration {
 func retransmits(mult, n int) int {
 	return mult * int(math.Ceil(math.Log10(float64(n)+1)))
 }
+
+// probeHealthDelta is how a probe moves the local health score
+// (memberlist's awareness deltas): −1 for a direct ack; 0 for an ack
+// through a helper; for a failed probe, one per helper whose nack did
+// not come either (this node missed answers from members it takes for
+// healthy: more likely its own fault than theirs), or 1 with no helpers.
+func probeHealthDelta(direct, indirect bool, helpers, nacks int) int {
+	switch {
+	case direct:
+		return -1
+	case indirect:
+		return 0
+	case helpers == 0:
+		return 1
+	}
+	return max(helpers-nacks, 0)
+}

@@ -55,3 +55,23 @@ func TestRetransmits(t *testing.T) {
 		}
 	}
 }
+
+func TestProbeHealthDelta(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		direct, indirect bool
+		helpers, nacks   int
+		want             int
+	}{
+		{"direct ack", true, false, 0, 0, -1},
+		{"ack through a helper", false, true, 3, 1, 0},
+		{"failed, no helpers to ask", false, false, 0, 0, 1},
+		{"failed, every helper nacked: the target is down, not us", false, false, 3, 3, 0},
+		{"failed, one nack of three missing", false, false, 3, 2, 1},
+		{"failed, no helper answered at all: likely us", false, false, 3, 0, 3},
+	} {
+		if got := probeHealthDelta(c.direct, c.indirect, c.helpers, c.nacks); got != c.want {
+			t.Errorf("%s: probeHealthDelta = %d, want %d", c.name, got, c.want)
+		}
+	}
+}

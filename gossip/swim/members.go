@@ -69,6 +69,11 @@ type Config struct {
 	// MaxPiggyback caps the updates in one message (the others wait);
 	// MaxUpdates caps what a received message may hold.
 	MaxPiggyback, MaxUpdates int
+	// AwarenessMax bounds Lifeguard's local health score: a node that
+	// misses its own acks and nacks (it is the slow one: CPU starved, its
+	// network congested) stretches its probe interval and timeout up to
+	// AwarenessMax times instead of accusing healthy members.
+	AwarenessMax int
 	// Sign signs an update this node says (its own alive or left, an
 	// accusation); nil leaves updates unsigned. It must be safe for
 	// concurrent use.
@@ -92,6 +97,7 @@ func DefaultConfig() Config {
 		GossipNodes:      3,
 		MaxPiggyback:     16,
 		MaxUpdates:       64,
+		AwarenessMax:     8,
 	}
 }
 
@@ -117,6 +123,7 @@ func (c Config) withDefaults() Config {
 	set(&c.GossipNodes, d.GossipNodes)
 	set(&c.MaxPiggyback, d.MaxPiggyback)
 	set(&c.MaxUpdates, d.MaxUpdates)
+	set(&c.AwarenessMax, d.AwarenessMax)
 	return c
 }
 
@@ -170,6 +177,7 @@ type Members struct {
 	next    int
 	queue   queue
 	bad     int64 // updates that failed Verify
+	health  int   // Lifeguard's local health score, 0 (healthy) to AwarenessMax−1
 }
 
 // NewMembers returns the core for cfg.Self, drawing randomness from rng.
@@ -183,6 +191,23 @@ func (m *Members) Len() int { return len(m.members) + 1 }
 
 // Bad is how many updates failed their signature check.
 func (m *Members) Bad() int64 { return m.bad }
+
+// Health is the local health score: 0 when this node's probes go as
+// expected, up to AwarenessMax−1 when it keeps missing answers itself.
+func (m *Members) Health() int { return m.health }
+
+// HealthDelta moves the local health score by d, within its bounds:
+// Lifeguard's awareness. The shell calls it with a probe's outcome (see
+// probeHealthDelta); a refutation here raises it too.
+func (m *Members) HealthDelta(d int) {
+	m.health = min(max(m.health+d, 0), m.cfg.AwarenessMax-1)
+}
+
+// Scale stretches a probe's timeout or interval by the local health
+// score: d × (score+1).
+func (m *Members) Scale(d time.Duration) time.Duration {
+	return d * time.Duration(m.health+1)
+}
 
 // State is what this node believes of node; ok is false for a node it
 // has never heard of.
@@ -402,6 +427,8 @@ func (m *Members) refute(u Update) {
 	if u.Incarnation >= m.inc {
 		m.inc = u.Incarnation + 1
 	}
+	// Others took this node for failed: it may be the slow one.
+	m.HealthDelta(1)
 	m.queue.push(m.sign(Update{Node: m.cfg.Self, State: Alive, Incarnation: m.inc, From: m.cfg.Self}))
 }
 

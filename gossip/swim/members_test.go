@@ -253,3 +253,28 @@ func TestPiggybackToSuspect(t *testing.T) {
 		t.Fatalf("to b: %+v, want its suspicion", got)
 	}
 }
+
+// TestLocalHealth: the score stays within 0..AwarenessMax−1, stretches
+// timeouts by score+1, and rises when this node must refute a suspicion.
+func TestLocalHealth(t *testing.T) {
+	m := NewMembers(Config{Self: "a", AwarenessMax: 4}, rand.New(rand.NewPCG(1, 2)))
+	for _, c := range []struct {
+		delta, want int
+		scaled      time.Duration
+	}{
+		{-1, 0, time.Second}, // never below healthy
+		{2, 2, 3 * time.Second},
+		{5, 3, 4 * time.Second}, // never above AwarenessMax−1
+		{-1, 2, 3 * time.Second},
+	} {
+		m.HealthDelta(c.delta)
+		if m.Health() != c.want || m.Scale(time.Second) != c.scaled {
+			t.Fatalf("after %+d: health %d, 1 s scaled to %v; want %d, %v", c.delta, m.Health(), m.Scale(time.Second), c.want, c.scaled)
+		}
+	}
+	m.HealthDelta(-10)
+	m.Apply([]Update{{Node: "a", State: Suspect, Incarnation: 0, From: "b"}}, t0)
+	if m.Health() != 1 {
+		t.Fatalf("health %d after refuting a suspicion, want 1", m.Health())
+	}
+}

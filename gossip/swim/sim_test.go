@@ -18,7 +18,8 @@ var simNodes = flag.Int("swim.nodes", 1000, "nodes in the simulated-time failure
 // memNet is a simulated network for detectors, in synctest's fake time: a
 // message takes 1–5 ms, and a lost packet (loss, each way) costs a
 // retransmission 200 ms later, as on the reliable streams the node's
-// transport uses. A down node never answers.
+// transport uses. A down node never answers; a slow one (a starved CPU)
+// takes that much longer to send anything and to take in the answer.
 type memNet struct {
 	loss float64
 	sent atomic.Int64 // messages: probes, acks, indirect requests and answers
@@ -27,6 +28,25 @@ type memNet struct {
 	rng   *rand.Rand
 	nodes map[string]*Detector
 	down  map[string]bool
+	slow  map[string]time.Duration
+}
+
+// lag is what node's slowness adds to one of its exchanges.
+func (n *memNet) lag(ctx context.Context, node string) error {
+	n.mu.Lock()
+	d := n.slow[node]
+	n.mu.Unlock()
+	if d == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var errDown = errors.New("no answer")
@@ -69,6 +89,9 @@ type memTransport struct {
 }
 
 func (t memTransport) Ping(ctx context.Context, to string, m Message) (Message, error) {
+	if err := t.net.lag(ctx, t.self); err != nil {
+		return Message{}, err
+	}
 	d, err := t.net.node(ctx, to)
 	if err != nil {
 		return Message{}, err
@@ -78,15 +101,21 @@ func (t memTransport) Ping(ctx context.Context, to string, m Message) (Message, 
 }
 
 func (t memTransport) PingReq(ctx context.Context, via, target string, m Message) (Message, error) {
+	if err := t.net.lag(ctx, t.self); err != nil {
+		return Message{}, err
+	}
 	d, err := t.net.node(ctx, via)
 	if err != nil {
 		return Message{}, err
 	}
 	ack, err := d.HandlePingReq(ctx, t.self, target, m)
-	if err != nil {
-		return Message{}, err
+	if lerr := t.net.leg(ctx); lerr != nil {
+		return Message{}, lerr
 	}
-	return ack, t.net.leg(ctx)
+	if err != nil {
+		return Message{}, ErrNack // the helper answers that the target did not
+	}
+	return ack, nil
 }
 
 // cluster is n detectors that all know each other, running until stop.
@@ -96,18 +125,32 @@ type cluster struct {
 	mu      sync.Mutex
 	wrong   atomic.Int64   // a node that is up taken for suspect or dead
 	accused map[string]int // suspicions and deaths heard of, by node
+	wrongAt map[string]int // false suspicions and deaths, by the node that held them
 	cancel  []context.CancelFunc
 	wg      sync.WaitGroup
 }
 
 func newCluster(t *testing.T, n int, loss float64) *cluster {
-	c := &cluster{net: &memNet{loss: loss, rng: rand.New(rand.NewPCG(7, uint64(n))), nodes: map[string]*Detector{}, down: map[string]bool{}}}
+	return newTunedCluster(t, n, loss, nil, nil)
+}
+
+// newTunedCluster is newCluster with the nodes named in slow that slow,
+// and tune applied to every node's config.
+func newTunedCluster(t *testing.T, n int, loss float64, slow map[int]time.Duration, tune func(*Config)) *cluster {
+	c := &cluster{net: &memNet{loss: loss, rng: rand.New(rand.NewPCG(7, uint64(n))), nodes: map[string]*Detector{}, down: map[string]bool{}, slow: map[string]time.Duration{}}}
 	for i := range n {
 		c.names = append(c.names, fmt.Sprintf("n%04d", i))
 	}
-	c.accused = map[string]int{}
+	for i, d := range slow {
+		c.net.slow[c.names[i]] = d
+	}
+	c.accused, c.wrongAt = map[string]int{}, map[string]int{}
 	for i, name := range c.names {
-		d, err := New(Config{Self: name}, memTransport{c.net, name}, rand.New(rand.NewPCG(uint64(i), 1)), func(chs []Change) {
+		cfg := Config{Self: name}
+		if tune != nil {
+			tune(&cfg)
+		}
+		d, err := New(cfg, memTransport{c.net, name}, rand.New(rand.NewPCG(uint64(i), 1)), func(chs []Change) {
 			c.net.mu.Lock()
 			c.mu.Lock()
 			for _, ch := range chs {
@@ -115,6 +158,7 @@ func newCluster(t *testing.T, n int, loss float64) *cluster {
 					c.accused[ch.Node]++
 					if !c.net.down[ch.Node] {
 						c.wrong.Add(1)
+						c.wrongAt[name]++
 					}
 				}
 			}
@@ -263,5 +307,67 @@ func TestSuspectRefutes(t *testing.T) {
 			t.Fatal("the victim refuted nothing: its incarnation is still 0")
 		}
 		c.stop()
+	})
+}
+
+// TestSlowNodeStretchesItsProbes: Lifeguard's local health awareness. One
+// node of 100 is starved (each exchange it makes takes 700 ms longer, past
+// the 500 ms probe timeout). Without awareness it takes every member it
+// probes for suspect; with it, missing its helpers' nacks tells it that it
+// is the slow one and its probes stretch. As memberlist's does, the score
+// falls by one with each probe that succeeds, so it comes back down to 0
+// and the next probe fails again: the accusations fall about fourfold
+// (179 to 45 measured), they do not stop.
+func TestSlowNodeStretchesItsProbes(t *testing.T) {
+	const n, span = 100, 3 * time.Minute
+	run := func(awarenessMax int) int {
+		var held int
+		synctest.Test(t, func(t *testing.T) {
+			c := newTunedCluster(t, n, 0, map[int]time.Duration{0: 700 * time.Millisecond},
+				func(cfg *Config) { cfg.AwarenessMax = awarenessMax })
+			time.Sleep(span)
+			c.stop()
+			c.mu.Lock()
+			held = c.wrongAt[c.names[0]]
+			c.mu.Unlock()
+		})
+		return held
+	}
+	with, without := run(DefaultConfig().AwarenessMax), run(1)
+	t.Logf("false suspicions held by the slow node in %v: %d with awareness, %d without", span, with, without)
+	if without < 30 {
+		t.Fatalf("without awareness the slow node held only %d false suspicions: the scenario does not starve it", without)
+	}
+	if with > without/3 {
+		t.Fatalf("with awareness the slow node still held %d false suspicions (%d without)", with, without)
+	}
+}
+
+// TestHealthyNodesStayHealthy: probes of a crashed node fail, but the
+// helpers' nacks reach the healthy prober within its indirect window, so
+// no healthy node's score rises (it would stretch their probes for
+// nothing).
+func TestHealthyNodesStayHealthy(t *testing.T) {
+	const n = 50
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, n, 0)
+		time.Sleep(5 * time.Second)
+		c.crash(9)
+		worst := 0
+		for range 900 { // 90 s: the crash is probed, suspected and dead
+			time.Sleep(100 * time.Millisecond)
+			for i, name := range c.names {
+				if i != 9 {
+					worst = max(worst, c.net.nodes[name].Stats().Health)
+				}
+			}
+		}
+		c.stop()
+		if c.count(c.names[9], Dead) != n-1 {
+			t.Fatalf("the crashed node is dead on %d of %d nodes", c.count(c.names[9], Dead), n-1)
+		}
+		if worst != 0 {
+			t.Fatalf("a healthy node's score rose to %d while probing a crashed one", worst)
+		}
 	})
 }

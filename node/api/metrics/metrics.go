@@ -62,6 +62,8 @@ type Snapshot struct {
 	ID, Name, Cluster, Version string
 	// Peers is the connected peers of this cluster.
 	Peers int
+	// ProbeHealth is the failure detector's local health score.
+	ProbeHealth int
 	// Entries is the state keys held, tombstones included.
 	Entries int
 	// StoreCommits is the state store's write transactions, each a disk

@@ -16,6 +16,8 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node"
+	"github.com/tribeagent/tribe/node/api"
 )
 
 // Simulated time. The wall-clock benchmarks (BenchmarkWriteVsBroadcast,
@@ -133,9 +135,12 @@ func TestSimTimeMembership(t *testing.T) {
 
 var simMembers = flag.String("sim.members", "100,1000", "fleet sizes of TestSimTimeMembership, comma-separated")
 
-func membershipSizes() []int {
+func membershipSizes() []int { return fleetSizes(*simMembers) }
+
+// fleetSizes parses a comma-separated list of fleet sizes.
+func fleetSizes(list string) []int {
 	var out []int
-	for _, f := range strings.Split(*simMembers, ",") {
+	for _, f := range strings.Split(list, ",") {
 		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 1 {
 			out = append(out, n)
 		}
@@ -215,4 +220,73 @@ func membershipJoin(t *testing.T, n int) time.Duration {
 		}
 	}
 	return took
+}
+
+// TestSimTimeFanOut: node 0 calls echo on every member of a tribe of all n
+// nodes (-sim.fanout), over SimNet hosts built with a real agent's
+// resource and connection managers, in simulated time. Every member must
+// answer; measured: the time until the last answer, and the connections
+// node 0 holds after (a call closes what it opened past ConnLow).
+func TestSimTimeFanOut(t *testing.T) {
+	simTimeOnly(t)
+	for _, n := range fanOutSizes() {
+		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				took, held := fanOutAll(t, n)
+				t.Logf("nodes=%d  %.1f fanout_all_ms  %d conns_after (ConnHigh %d; simulated time)", n, ms(took), held, node.DefaultConfig().ConnHigh)
+			})
+		})
+	}
+}
+
+var simFanOut = flag.String("sim.fanout", "1000", "fleet sizes of TestSimTimeFanOut, comma-separated")
+
+func fanOutSizes() []int { return fleetSizes(*simFanOut) }
+
+func fanOutAll(t *testing.T, n int) (time.Duration, int) {
+	ctx := context.Background()
+	s := quietCluster(t, Config{Nodes: n, Seed: 23, Sparse: n >= 1000, Net: SimNet}, false)
+	defer s.Close()
+	caller := s.Node(0)
+	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return len(caller.Replica().Prefix("nodes/")) == n }); err != nil {
+		t.Fatalf("node 0 holds %d of %d node records", len(caller.Replica().Prefix("nodes/")), n)
+	}
+	if _, err := caller.CreateTribe(ctx, "all"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range n {
+		ids = append(ids, s.ID(i).String())
+	}
+	if _, err := caller.Join(ctx, "all", ids); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := caller.LoadPlugin(ctx, "echo", "all", api.LoadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	loaded := func() int {
+		ps, _ := caller.Plugins(ctx, "all")
+		got := 0
+		for _, p := range ps {
+			for _, pn := range p.Nodes {
+				if pn.State == "loaded" {
+					got++
+				}
+			}
+		}
+		return got
+	}
+	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return loaded() == n }); err != nil {
+		t.Fatalf("echo loaded on %d of %d members", loaded(), n)
+	}
+	start := time.Now()
+	sum, err := caller.Call(ctx, api.CallRequest{Tribes: []string{"all"}, Plugin: "echo", Method: "echo", Args: []byte(`{"ping":1}`)}, func(api.CallResult) {})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Answered != n {
+		t.Fatalf("%+v: %d of %d members answered", sum, sum.Answered, n)
+	}
+	return took, len(caller.Host().Network().Peers())
 }

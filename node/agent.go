@@ -139,6 +139,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["bad_swim"] = n.swim.bad.Load()
 	out["swim_busy"] = n.swim.busy.Load()
 	out["bad_hello"] = n.badHello.Load()
+	out["conns_shed"] = n.sheds.count.Load()
 	out["membership_unbacked"] = n.auth.unbacked.Load()
 	out["name_taken"] = n.auth.nameTaken.Load()
 	out["facts_refused"] = n.facts.refused.Load()

@@ -43,28 +43,59 @@ type hello struct {
 	// still hold connections to means those belong to its previous run
 	// (see relink).
 	Boot string `json:"boot,omitempty"`
+	// Seeking says the sender has fewer peers than it looks for
+	// (TargetPeers): it is joining, and a busy peer may send it on.
+	Seeking bool `json:"seeking,omitempty"`
+	// Busy says the sender holds as many peers as it keeps (ConnHigh)
+	// and sends a seeking peer on: it closes the connection in a moment,
+	// and the peer dials the referrals instead (see shed.go).
+	Busy bool `json:"busy,omitempty"`
+}
+
+// helloMsg is the one message of HelloProtocol on the wire: a hello, and
+// with Busy, where to go instead.
+type helloMsg struct {
+	hello
+	// Referrals are full /p2p/ addresses of some of a busy sender's
+	// peers: at most maxReferrals.
+	Referrals []string `json:"referrals,omitempty"`
 }
 
 // decodeHello parses a hello from the network: at most maxHelloSize bytes
-// of JSON with a valid cluster name.
-func decodeHello(b []byte) (hello, error) {
+// of JSON with a valid cluster name, and referrals only with busy, each a
+// full /p2p/ address.
+func decodeHello(b []byte) (helloMsg, error) {
 	if len(b) > maxHelloSize {
-		return hello{}, fmt.Errorf("%w: %d bytes, limit %d", ErrBadHello, len(b), maxHelloSize)
+		return helloMsg{}, fmt.Errorf("%w: %d bytes, limit %d", ErrBadHello, len(b), maxHelloSize)
 	}
-	var h hello
+	var h helloMsg
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&h); err != nil {
-		return hello{}, fmt.Errorf("%w: %v", ErrBadHello, err)
+		return helloMsg{}, fmt.Errorf("%w: %v", ErrBadHello, err)
 	}
 	if dec.More() {
-		return hello{}, fmt.Errorf("%w: trailing data", ErrBadHello)
+		return helloMsg{}, fmt.Errorf("%w: trailing data", ErrBadHello)
 	}
 	if !clusterRE().MatchString(h.Cluster) {
-		return hello{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)
+		return helloMsg{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)
 	}
 	if len(h.Name) > 64 || len(h.Version) > 64 || len(h.Boot) > 64 {
-		return hello{}, fmt.Errorf("%w: name, version or boot too long", ErrBadHello)
+		return helloMsg{}, fmt.Errorf("%w: name, version or boot too long", ErrBadHello)
+	}
+	if len(h.Referrals) > 0 && !h.Busy {
+		return helloMsg{}, fmt.Errorf("%w: referrals from a peer that is not busy", ErrBadHello)
+	}
+	if len(h.Referrals) > maxReferrals {
+		return helloMsg{}, fmt.Errorf("%w: %d referrals, limit %d", ErrBadHello, len(h.Referrals), maxReferrals)
+	}
+	for _, r := range h.Referrals {
+		if _, err := referral(r); err != nil {
+			return helloMsg{}, fmt.Errorf("%w: referral %q: %v", ErrBadHello, r, err)
+		}
+	}
+	if h.Referrals != nil && len(h.Referrals) == 0 {
+		h.Referrals = nil // [] and absent are the same answer
 	}
 	return h, nil
 }
@@ -97,13 +128,31 @@ func (n *Node) ownHello() hello {
 	return hello{Name: n.cfg.Name, Cluster: n.cfg.Cluster, Version: Version, Boot: n.boot}
 }
 
-// startHello serves HelloProtocol and greets every peer once identify has
-// told us it speaks it.
+// helloTo is the hello for p: this node's own, seeking while it is short
+// of peers, and busy with referrals while it would send p on if p seeks
+// (see shed.go).
+func (n *Node) helloTo(p peer.ID) helloMsg {
+	m := helloMsg{hello: n.ownHello()}
+	m.Seeking = n.seeking()
+	if n.shedding(p) {
+		m.Busy, m.Referrals = true, n.referrals(p)
+	}
+	return m
+}
+
+// startHello serves HelloProtocol and greets every new peer once identify
+// has told us it speaks it.
 func (n *Node) startHello() error {
 	n.host.SetStreamHandler(HelloProtocol, n.handleHello)
 	return n.onEvent(new(event.EvtPeerIdentificationCompleted), func(e any) {
 		ev := e.(event.EvtPeerIdentificationCompleted)
-		if _, known := n.peers.get(ev.Peer); known || !slices.Contains(ev.Protocols, HelloProtocol) {
+		if !slices.Contains(ev.Protocols, HelloProtocol) {
+			return
+		}
+		// A peer heard before is greeted again only to say this node is
+		// busy: one it kept at first, trimmed and now back, must hear it
+		// is not to come back (see shed.go).
+		if _, known := n.peers.get(ev.Peer); known && !n.shedding(ev.Peer) {
 			return
 		}
 		n.spawn(func() { n.greet(ev.Peer) })
@@ -145,7 +194,7 @@ func (n *Node) greet(p peer.ID) {
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(helloTimeout))
-	if err := writeHello(s, n.ownHello()); err != nil {
+	if err := writeHello(s, n.helloTo(p)); err != nil {
 		s.Reset()
 		n.log.Debug("hello: send", "peer", p, "err", err)
 		return
@@ -169,7 +218,7 @@ func (n *Node) handleHello(s network.Stream) {
 		n.badHelloSeen(s.Conn().RemotePeer(), "hello: bad message", err)
 		return
 	}
-	if err := writeHello(s, n.ownHello()); err != nil {
+	if err := writeHello(s, n.helloTo(s.Conn().RemotePeer())); err != nil {
 		s.Reset()
 		return
 	}
@@ -186,8 +235,20 @@ func (n *Node) badHelloSeen(p peer.ID, msg string, err error) {
 
 // heard records a peer's hello; a new peer of our cluster is remembered at
 // once, so a crash right after connecting still finds it again on restart.
-func (n *Node) heard(p peer.ID, h hello) {
-	n.joinHeard(p, h)
+// A busy peer's referrals are followed (shed.go).
+func (n *Node) heard(p peer.ID, m helloMsg) {
+	h := m.hello
+	switch {
+	case h.Cluster != n.cfg.Cluster:
+		n.joinHeard(p, h)
+	case h.Busy:
+		n.turnedAway(p, m.Referrals)
+	default:
+		n.joinHeard(p, h)
+		if h.Seeking && n.shedding(p) {
+			n.shed(p)
+		}
+	}
 	old, had := n.peers.put(p, h)
 	if had && restarted(old, h, len(n.host.Network().ConnsToPeer(p))) {
 		n.relinkSoon(p)
@@ -207,7 +268,7 @@ func (n *Node) heard(p peer.ID, h hello) {
 	}
 }
 
-func writeHello(w io.Writer, h hello) error {
+func writeHello(w io.Writer, h helloMsg) error {
 	b, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -218,7 +279,7 @@ func writeHello(w io.Writer, h hello) error {
 }
 
 // readHello reads one newline-terminated hello of at most maxHelloSize.
-func readHello(r io.Reader) (hello, error) {
+func readHello(r io.Reader) (helloMsg, error) {
 	buf := make([]byte, 0, 256)
 	one := make([]byte, 256)
 	for {
@@ -226,18 +287,18 @@ func readHello(r io.Reader) (hello, error) {
 		buf = append(buf, one[:k]...)
 		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
 			if i != len(buf)-1 {
-				return hello{}, fmt.Errorf("%w: trailing data", ErrBadHello)
+				return helloMsg{}, fmt.Errorf("%w: trailing data", ErrBadHello)
 			}
 			return decodeHello(buf[:i])
 		}
 		if len(buf) > maxHelloSize {
-			return hello{}, fmt.Errorf("%w: over %d bytes", ErrBadHello, maxHelloSize)
+			return helloMsg{}, fmt.Errorf("%w: over %d bytes", ErrBadHello, maxHelloSize)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return hello{}, fmt.Errorf("%w: stream ended before the message did", ErrBadHello)
+				return helloMsg{}, fmt.Errorf("%w: stream ended before the message did", ErrBadHello)
 			}
-			return hello{}, err
+			return helloMsg{}, err
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,29 +18,39 @@ import (
 )
 
 func TestHelloRoundTrip(t *testing.T) {
-	var buf bytes.Buffer
-	want := hello{Name: "web-1", Cluster: "prod", Version: "1.2.3"}
-	if err := writeHello(&buf, want); err != nil {
-		t.Fatal(err)
-	}
-	got, err := readHello(&buf)
-	if err != nil || got != want {
-		t.Fatalf("got %+v, %v", got, err)
+	for _, want := range []helloMsg{
+		{hello: hello{Name: "web-1", Cluster: "prod", Version: "1.2.3"}},
+		{hello: hello{Name: "seed", Cluster: "prod", Busy: true}, Referrals: []string{
+			"/ip4/10.0.0.7/tcp/4001/p2p/12D3KooWBA2ggpTuHnauMe577Uu5wE82CN3vjavGCYpFteWcZxgL"}},
+	} {
+		var buf bytes.Buffer
+		if err := writeHello(&buf, want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readHello(&buf)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %+v, %v; want %+v", got, err, want)
+		}
 	}
 }
 
 func TestReadHelloRefusesBadInput(t *testing.T) {
 	cases := map[string]string{
-		"not json":       "hello\n",
-		"no newline":     `{"name":"a","cluster":"c"}`,
-		"bad cluster":    `{"name":"a","cluster":"Bad Cluster"}` + "\n",
-		"unknown field":  `{"name":"a","cluster":"c","x":1}` + "\n",
-		"trailing data":  `{"name":"a","cluster":"c"}` + "\nmore",
-		"oversized":      `{"name":"` + strings.Repeat("a", maxHelloSize) + `","cluster":"c"}` + "\n",
-		"long name":      `{"name":"` + strings.Repeat("a", 65) + `","cluster":"c"}` + "\n",
-		"two objects":    `{"cluster":"c"}{"cluster":"c"}` + "\n",
-		"empty":          "",
-		"only a newline": "\n",
+		"not json":                   "hello\n",
+		"no newline":                 `{"name":"a","cluster":"c"}`,
+		"bad cluster":                `{"name":"a","cluster":"Bad Cluster"}` + "\n",
+		"unknown field":              `{"name":"a","cluster":"c","x":1}` + "\n",
+		"trailing data":              `{"name":"a","cluster":"c"}` + "\nmore",
+		"oversized":                  `{"name":"` + strings.Repeat("a", maxHelloSize) + `","cluster":"c"}` + "\n",
+		"long name":                  `{"name":"` + strings.Repeat("a", 65) + `","cluster":"c"}` + "\n",
+		"two objects":                `{"cluster":"c"}{"cluster":"c"}` + "\n",
+		"empty":                      "",
+		"only a newline":             "\n",
+		"referrals, not busy":        `{"cluster":"c","referrals":["/ip4/10.0.0.7/tcp/4001/p2p/12D3KooWBA2ggpTuHnauMe577Uu5wE82CN3vjavGCYpFteWcZxgL"]}` + "\n",
+		"referral without a peer ID": `{"cluster":"c","busy":true,"referrals":["/ip4/10.0.0.7/tcp/4001"]}` + "\n",
+		"referral not an address":    `{"cluster":"c","busy":true,"referrals":["anywhere"]}` + "\n",
+		"too many referrals": `{"cluster":"c","busy":true,"referrals":[` + strings.Repeat(`"/ip4/10.0.0.7/tcp/4001/p2p/12D3KooWBA2ggpTuHnauMe577Uu5wE82CN3vjavGCYpFteWcZxgL",`, maxReferrals) +
+			`"/ip4/10.0.0.7/tcp/4001/p2p/12D3KooWBA2ggpTuHnauMe577Uu5wE82CN3vjavGCYpFteWcZxgL"]}` + "\n",
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -57,18 +68,24 @@ func FuzzReadHello(f *testing.F) {
 	f.Add([]byte(`{"name":"a","cluster":"tribe","version":"1"}` + "\n"))
 	f.Add([]byte("\n"))
 	f.Add([]byte(`{"cluster":"x"}` + "\n"))
+	f.Add([]byte(`{"cluster":"x","busy":true,"referrals":["/ip4/10.0.0.7/tcp/4001/p2p/12D3KooWBA2ggpTuHnauMe577Uu5wE82CN3vjavGCYpFteWcZxgL"]}` + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := readHello(bytes.NewReader(b))
 		if err != nil {
 			return
 		}
-		if !clusterRE().MatchString(h.Cluster) || len(h.Name) > 64 {
+		if !clusterRE().MatchString(h.Cluster) || len(h.Name) > 64 || len(h.Referrals) > maxReferrals || (len(h.Referrals) > 0 && !h.Busy) {
 			t.Fatalf("accepted an invalid hello %+v", h)
+		}
+		for _, r := range h.Referrals {
+			if _, err := referral(r); err != nil {
+				t.Fatalf("accepted a bad referral %q: %v", r, err)
+			}
 		}
 		var buf bytes.Buffer
 		writeHello(&buf, h)
 		again, err := readHello(&buf)
-		if err != nil || again != h {
+		if err != nil || !reflect.DeepEqual(again, h) {
 			t.Fatalf("round trip of %+v: %+v, %v", h, again, err)
 		}
 	})

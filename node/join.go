@@ -38,8 +38,10 @@ func (n *Node) backoff(failures int) time.Duration {
 type join struct {
 	target joinTarget
 
-	mu sync.Mutex
-	st api.Join
+	mu     sync.Mutex
+	st     api.Join
+	sheds  int       // busy answers since it last took this node in
+	shedAt time.Time // the last of them
 }
 
 func newJoin(t joinTarget) *join {
@@ -74,7 +76,30 @@ func (j *join) set(id peer.ID, state, cluster, errText string) bool {
 		j.st.ID = id.String()
 	}
 	j.st.State, j.st.Cluster, j.st.Error = state, cluster, errText
+	if state == api.JoinJoined {
+		j.sheds = 0
+	}
 	return old.State != state || old.ID != j.st.ID || old.Cluster != cluster
+}
+
+// turnedAway records a busy answer from the join peer at now, and
+// reports whether the peer was not busy before.
+func (j *join) turnedAway(now time.Time) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.sheds++
+	j.shedAt = now
+	was := j.st.State
+	j.st.State, j.st.Error = api.JoinBusy, "it holds as many peers as it keeps; this node joins through the others"
+	return was != api.JoinBusy
+}
+
+// shed is how many busy answers the join peer gave since it last took
+// this node in, and when the last came.
+func (j *join) shed() (int, time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.sheds, j.shedAt
 }
 
 // connected records a new connection to id, unless its hello has been
@@ -101,7 +126,7 @@ func (n *Node) keepJoined(j *join) {
 	failures := 0
 	for {
 		wait := recheck
-		if id := j.peer(); id == "" || n.host.Network().Connectedness(id) != network.Connected {
+		if id := j.peer(); (id == "" || n.host.Network().Connectedness(id) != network.Connected) && n.joinDue(j) {
 			id, err := n.dialJoin(j)
 			switch {
 			case errors.Is(err, errJoinSelf):
@@ -134,6 +159,32 @@ func (n *Node) keepJoined(j *join) {
 }
 
 var errJoinSelf = errors.New("node: the join address is this node's own")
+
+// joinDue reports whether a join peer that is not connected should be
+// dialled now. One that turned this node away (busy, see shed.go) is
+// dialled again only while this node is short of peers, and then after a
+// backoff that grows with each busy answer: its role, letting this node
+// in, is done, and a fleet of joiners coming back to it would be the storm
+// it shed.
+func (n *Node) joinDue(j *join) bool {
+	sheds, at := j.shed()
+	if sheds == 0 {
+		return true
+	}
+	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers {
+		return false
+	}
+	return n.now().Sub(at) >= backoff(sheds, n.cfg.BackoffMin, n.cfg.BackoffMax, 0.5)
+}
+
+// joinTurnedAway marks the --join entries of p busy.
+func (n *Node) joinTurnedAway(p peer.ID) {
+	for _, j := range n.joins {
+		if j.peer() == p && j.turnedAway(n.now()) {
+			n.log.Info("join peer is busy: joining through the peers it named, and back to it only when short of peers", "addr", j.target.given, "peer", p)
+		}
+	}
+}
 
 // dialJoin connects to j's peer, learning its ID first when the address
 // does not name it. An address without an ID is asked again on every dial:

@@ -166,6 +166,7 @@ type Node struct {
 	names     sync.Map // peer.ID -> cachedName (tribes.go)
 	auth      authState
 	events    *events.Hub // what `tribe watch` streams (events.go)
+	sheds     shedState   // newcomers turned away (shed.go)
 	watchLive liveTracker // the liveness transitions watchers have been told (events.go)
 
 	// Leaving (leave.go): leaveMu makes the farewell happen once;

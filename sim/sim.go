@@ -75,6 +75,10 @@ type Config struct {
 	// Joins is how many earlier nodes each node is told to --join
 	// (default 1).
 	Joins int
+	// Seeds, if positive, makes every node --join nodes 0..Seeds−1
+	// instead of Joins random earlier ones: a fleet that boots against a
+	// few seeds, a join storm on them.
+	Seeds int
 	// Sparse links each node only to the nodes it joins (and they to it)
 	// instead of all to all, and turns the nodes' DHT off: the join graph
 	// is the cluster. For 1,000-node benchmarks of what spreads over
@@ -184,7 +188,11 @@ func New(cfg Config) (*Sim, error) {
 		}
 	}
 	for i, m := range s.members {
-		for _, j := range pickJoins(rng, i, cfg.Joins) {
+		joins := pickJoins(rng, i, cfg.Joins)
+		if cfg.Seeds > 0 {
+			joins = seeds(i, cfg.Seeds)
+		}
+		for _, j := range joins {
 			m.cfg.Join = append(m.cfg.Join, s.members[j].p2pAddr())
 			if cfg.Sparse && cfg.Net == MockNet {
 				if _, err := s.mn.LinkPeers(m.id, s.members[j].id); err != nil {
@@ -198,6 +206,17 @@ func New(cfg Config) (*Sim, error) {
 		}
 	}
 	return s, nil
+}
+
+// seeds is nodes 0..k−1 but i.
+func seeds(i, k int) []int {
+	var out []int
+	for j := range k {
+		if j != i {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // pickJoins picks up to k distinct nodes among 0..i-1.

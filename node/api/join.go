@@ -8,6 +8,7 @@ const (
 	JoinJoined       = "joined"        // connected to a peer of this cluster
 	JoinOtherCluster = "other_cluster" // connected, but the peer is of Cluster, not ours
 	JoinSelf         = "self"          // the address is this node's own: ignored
+	JoinBusy         = "busy"          // it holds as many peers as it keeps and turned this node away, naming others
 )
 
 // Join is how one --join address fares.

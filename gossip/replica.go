@@ -80,7 +80,8 @@ type Replica struct {
 	// by pubsub, so they spread beyond it (see onTopicJoin).
 	unsent   map[string]*Signed
 	counters counters
-	pulls    syncTotals // what SyncWith did, for metrics
+	pulls    syncTotals   // what SyncWith did, for metrics
+	relayed  atomic.Int64 // pulled entries passed on (relayFresh)
 
 	// Guards of the sync protocol (syncguard.go).
 	penalties cooldown
@@ -546,14 +547,20 @@ func drain[T any](ch <-chan T, batch []T, max int) []T {
 	return batch
 }
 
-// applyRemote stores and applies entries from peers and tells watchers.
+// applyRemote stores and applies entries from peers and tells watchers;
+// it returns how many changed the state.
 func (r *Replica) applyRemote(entries []*Signed) int {
+	return len(r.applyRemoteChanges(entries))
+}
+
+// applyRemoteChanges is applyRemote, returning the changes.
+func (r *Replica) applyRemoteChanges(entries []*Signed) []*Change {
 	changes, err := r.commit(entries)
 	if err != nil {
 		r.log.Error("storing entries from peers", "err", err)
 	}
 	r.notify(changes)
-	return len(changes)
+	return changes
 }
 
 // collect drops old tombstones now and then.

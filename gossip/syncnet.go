@@ -39,6 +39,8 @@ type SyncStats struct {
 type SyncTotals struct {
 	Pulls, Failed                        int64
 	Rounds, Sent, Recv, Fetched, Applied int64
+	// Relayed counts pulled entries passed on by pubsub (relayFresh).
+	Relayed int64
 }
 
 // syncTotals is SyncTotals behind a lock: a pull adds to it once, at its
@@ -67,7 +69,9 @@ func (s *syncTotals) add(st SyncStats, err error) {
 func (r *Replica) SyncTotals() SyncTotals {
 	r.pulls.mu.Lock()
 	defer r.pulls.mu.Unlock()
-	return r.pulls.t
+	t := r.pulls.t
+	t.Relayed = r.relayed.Load()
+	return t
 }
 
 // ErrPenalised is a pull not made because the peer is in its sync
@@ -201,7 +205,7 @@ func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest,
 		return next, false, err
 	}
 	st.Fetched += len(resp.Entries)
-	applied, err := r.applyFetched(resp.Entries, ServedWants(req, resp), st)
+	applied, err := r.applyFetched(s.Conn().RemotePeer(), resp.Entries, ServedWants(req, resp), st)
 	st.Applied += applied
 	if err != nil {
 		return next, false, err
@@ -233,8 +237,9 @@ func disagreement(err error) bool {
 // applies them. It stops at the first it refuses and returns why
 // (errEntryRefused and the reason, or ErrUnwanted): a responder that sent
 // it broke the protocol, and checking the rest would only spend more CPU
-// on its word. The entries checked before it are applied.
-func (r *Replica) applyFetched(raws [][]byte, wanted map[uint64]bool, st *SyncStats) (int, error) {
+// on its word. The entries checked before it are applied, and the fresh
+// ones from's own (see relayFresh) are passed on.
+func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bool, st *SyncStats) (int, error) {
 	now := r.now()
 	ok := make([]*Signed, 0, len(raws))
 	var refused error
@@ -272,7 +277,38 @@ func (r *Replica) applyFetched(raws [][]byte, wanted map[uint64]bool, st *SyncSt
 		e.Raw = bytes.Clone(e.Raw)
 		ok = append(ok, e)
 	}
-	return r.applyRemote(ok), refused
+	changes := r.applyRemoteChanges(ok)
+	r.relayFresh(from, changes, now)
+	return len(changes), refused
+}
+
+// relayFresh is how recent an entry pulled from its own author must be
+// to be passed on, and maxRelay how many of one pull are.
+const (
+	relayFresh = 10 * time.Second
+	maxRelay   = 8
+)
+
+// relayFresh publishes the entries just pulled from from that from wrote
+// itself in the last relayFresh: a node that just started (its record,
+// its policy memberships) writes them before any peer is in its topic and
+// publishes them only once its mesh forms, two heartbeats later (see
+// holdUnsent); the peers it syncs with on joining have meshes already,
+// and passing them on spreads them at once. Message IDs are content
+// hashes, so the author's own publish later is a duplicate. At most
+// maxRelay of a pull: what a node writes as it starts.
+func (r *Replica) relayFresh(from peer.ID, changes []*Change, now time.Time) {
+	if r.topic == nil {
+		return
+	}
+	relayed := 0
+	for _, c := range changes {
+		if e := c.New; e != nil && e.Author == from && now.Sub(e.HLC.Wall()) < relayFresh && relayed < maxRelay {
+			relayed++
+			r.relayed.Add(1)
+			r.publish(r.ctx, e)
+		}
+	}
 }
 
 // refuseSync ends sync stream s, which failed with err ("pull" or "serve"

@@ -38,6 +38,8 @@ var (
 		"Entries received by anti-entropy pulls.", nil, nil)
 	descApplied = prometheus.NewDesc("tribe_sync_entries_applied_total",
 		"Entries received by anti-entropy pulls that changed the state: what pubsub did not bring.", nil, nil)
+	descRelayed = prometheus.NewDesc("tribe_sync_entries_relayed_total",
+		"Entries pulled from their own author moments after it wrote them (a node that just joined), passed on by pubsub before its own mesh forms.", nil, nil)
 	descRelinks = prometheus.NewDesc("tribe_peer_relinks_total",
 		"Links started over because a peer restarted while this node held a connection to its previous run (so pubsub reaches it again at once).",
 		nil, nil)
@@ -55,7 +57,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelinks, descCommits, descPlugins} {
+		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelayed, descRelinks, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -95,5 +97,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")
 	counter(descFetched, s.Sync.Fetched)
 	counter(descApplied, s.Sync.Applied)
+	counter(descRelayed, s.Sync.Relayed)
 	counter(descCommits, s.StoreCommits)
 }

@@ -92,6 +92,8 @@ type Snapshot struct {
 type Sync struct {
 	Pulls, Failed, Rounds, BytesSent, BytesRecv, Fetched, Applied int64
 	Relinks                                                       int64
+	// Relayed is pulled entries passed on: a joining peer's fresh ones.
+	Relayed int64
 }
 
 // ServedBuckets are the bounds, in seconds, of the served-call histogram:

@@ -194,7 +194,8 @@ func (n *Node) greet(p peer.ID) {
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(helloTimeout))
-	if err := writeHello(s, n.helloTo(p)); err != nil {
+	sent := n.helloTo(p)
+	if err := writeHello(s, sent); err != nil {
 		s.Reset()
 		n.log.Debug("hello: send", "peer", p, "err", err)
 		return
@@ -205,7 +206,7 @@ func (n *Node) greet(p peer.ID) {
 		n.badHelloSeen(p, "hello: bad answer", err)
 		return
 	}
-	n.heard(p, h)
+	n.heard(p, h, sent.Busy)
 }
 
 // handleHello answers a peer's hello with ours.
@@ -218,11 +219,13 @@ func (n *Node) handleHello(s network.Stream) {
 		n.badHelloSeen(s.Conn().RemotePeer(), "hello: bad message", err)
 		return
 	}
-	if err := writeHello(s, n.helloTo(s.Conn().RemotePeer())); err != nil {
+	p := s.Conn().RemotePeer()
+	sent := n.helloTo(p)
+	if err := writeHello(s, sent); err != nil {
 		s.Reset()
 		return
 	}
-	n.heard(s.Conn().RemotePeer(), h)
+	n.heard(p, h, sent.Busy)
 }
 
 // badHelloSeen warns of a bad hello from p, at most once a minute per peer,
@@ -235,8 +238,9 @@ func (n *Node) badHelloSeen(p peer.ID, msg string, err error) {
 
 // heard records a peer's hello; a new peer of our cluster is remembered at
 // once, so a crash right after connecting still finds it again on restart.
-// A busy peer's referrals are followed (shed.go).
-func (n *Node) heard(p peer.ID, m helloMsg) {
+// A busy peer's referrals are followed, and a seeking peer this node told
+// it is busy (toldBusy) is sent on (shed.go).
+func (n *Node) heard(p peer.ID, m helloMsg, toldBusy bool) {
 	h := m.hello
 	switch {
 	case h.Cluster != n.cfg.Cluster:
@@ -245,7 +249,7 @@ func (n *Node) heard(p peer.ID, m helloMsg) {
 		n.turnedAway(p, m.Referrals)
 	default:
 		n.joinHeard(p, h)
-		if h.Seeking && n.shedding(p) {
+		if h.Seeking && toldBusy {
 			n.shed(p)
 		}
 	}

@@ -69,7 +69,12 @@ workflow:
     - {plugin: file, method: publish, tribe: sink}
 `)
 	run(0, "task", "create", "--tribe", "core", "-f", manifest)
-	// s1, not a member, watches: runs come from both members.
+	// s1, not a member, watches: runs come from both members. It must hold
+	// the task first (a watch of a task it does not know ends at once).
+	waitUntil(t, 30*time.Second, "s1 to hold the task", func() bool {
+		out, _, code := tribe("task", "list", "--data-dir", s1.dir)
+		return code == 0 && strings.Contains(out, "metrics")
+	})
 	w := startTaskWatch(t, s1, "metrics")
 	from := map[string]bool{}
 	for len(from) < 2 {

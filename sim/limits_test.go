@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tribeagent/tribe/node"
-	"github.com/tribeagent/tribe/node/api"
 )
 
 // Simulated nodes are built with a real agent's connection manager (and,
@@ -37,45 +36,8 @@ func TestSimHostsKeepAnAgentsConnectionLimits(t *testing.T) {
 		if _, err := s.WaitFor(ctx, time.Minute, func() bool { return s.MinPeers() >= 2 }); err != nil {
 			t.Fatalf("nodes did not connect: %v", err)
 		}
-		caller := s.Node(0)
-		if _, err := s.WaitFor(ctx, time.Minute, func() bool { nodes, _ := caller.Nodes(ctx, ""); return len(nodes) == n }); err != nil {
-			t.Fatalf("node 0 does not know every node: %v", err)
-		}
-		if _, err := caller.CreateTribe(ctx, "all"); err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for i := range n {
-			ids = append(ids, s.ID(i).String())
-		}
-		if _, err := caller.Join(ctx, "all", ids); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := caller.LoadPlugin(ctx, "echo", "all", api.LoadRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		loaded := func() int {
-			ps, _ := caller.Plugins(ctx, "all")
-			got := 0
-			for _, p := range ps {
-				for _, pn := range p.Nodes {
-					if pn.State == "loaded" {
-						got++
-					}
-				}
-			}
-			return got
-		}
-		if _, err := s.WaitFor(ctx, 2*time.Minute, func() bool { return loaded() == n }); err != nil {
-			t.Fatalf("echo loaded on %d of %d members", loaded(), n)
-		}
-		sum, err := caller.Call(ctx, api.CallRequest{Tribes: []string{"all"}, Plugin: "echo", Method: "echo", Args: []byte(`{"ping":1}`)}, func(api.CallResult) {})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sum.Answered != n {
-			t.Fatalf("%+v: %d of %d members answered", sum, sum.Answered, n)
-		}
+		echoToAll(t, s, 2*time.Minute)
+		callAll(t, s)
 
 		time.Sleep(2 * time.Minute) // simulated: the grace period ends, the managers trim
 		most, at, all := 0, 0, 0

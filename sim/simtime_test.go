@@ -8,16 +8,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
-	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node"
-	"github.com/tribeagent/tribe/node/api"
 )
 
 // Simulated time. The wall-clock benchmarks (BenchmarkWriteVsBroadcast,
@@ -149,7 +146,6 @@ func fleetSizes(list string) []int {
 }
 
 func membershipJoin(t *testing.T, n int) time.Duration {
-	ctx := context.Background()
 	// DHT off at 1,000 and more (as the other large simulations): n DHTs
 	// do not fit one process; the newcomer's --join peers are its way in.
 	s, err := New(Config{Nodes: n + 1, Seed: 17, Joins: 3, Latency: 10 * time.Millisecond, Net: SimNet,
@@ -158,62 +154,15 @@ func membershipJoin(t *testing.T, n int) time.Duration {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fleet := make([]int, n)
-	for i := range fleet {
-		fleet[i] = i
-	}
-	if err := s.StartNodes(ctx, fleet...); err != nil {
-		t.Fatal(err)
-	}
-	records := func(i int) int { return len(s.Node(i).Replica().Prefix("nodes/")) }
-	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool {
-		for _, i := range fleet {
-			if records(i) != n {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
-		t.Fatalf("the fleet of %d did not agree on its members: %v", n, err)
-	}
-
-	newcomer := s.ID(n)
-	var mu sync.Mutex
-	holders := 0
-	all := make(chan struct{})
-	for _, i := range fleet {
-		s.Node(i).Replica().Watch("nodes/"+newcomer.String(), func(c gossip.Change) {
-			if c.Old != nil {
-				return
-			}
-			mu.Lock()
-			holders++
-			if holders == n {
-				close(all)
-			}
-			mu.Unlock()
-		})
-	}
-	start := time.Now()
-	if err := s.StartNodes(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-all:
-	case <-time.After(time.Minute):
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("after a minute %d of %d nodes hold the newcomer's record", holders, n)
-	}
-	took := time.Since(start)
-	for _, i := range fleet[:min(n, 20)] {
-		nodes, err := s.Node(i).Nodes(ctx, "")
+	took := joinLate(t, s, 10*time.Minute)
+	for i := range min(n, 20) {
+		nodes, err := s.Node(i).Nodes(context.Background(), "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		alive := false
 		for _, nd := range nodes {
-			alive = alive || (nd.ID == newcomer.String() && nd.Liveness == "alive")
+			alive = alive || (nd.ID == s.ID(n).String() && nd.Liveness == "alive")
 		}
 		if !alive {
 			t.Fatalf("node %d holds the newcomer's record but does not list it alive", i)
@@ -244,49 +193,9 @@ var simFanOut = flag.String("sim.fanout", "1000", "fleet sizes of TestSimTimeFan
 func fanOutSizes() []int { return fleetSizes(*simFanOut) }
 
 func fanOutAll(t *testing.T, n int) (time.Duration, int) {
-	ctx := context.Background()
 	s := quietCluster(t, Config{Nodes: n, Seed: 23, Sparse: n >= 1000, Net: SimNet}, false)
 	defer s.Close()
-	caller := s.Node(0)
-	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return len(caller.Replica().Prefix("nodes/")) == n }); err != nil {
-		t.Fatalf("node 0 holds %d of %d node records", len(caller.Replica().Prefix("nodes/")), n)
-	}
-	if _, err := caller.CreateTribe(ctx, "all"); err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for i := range n {
-		ids = append(ids, s.ID(i).String())
-	}
-	if _, err := caller.Join(ctx, "all", ids); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := caller.LoadPlugin(ctx, "echo", "all", api.LoadRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	loaded := func() int {
-		ps, _ := caller.Plugins(ctx, "all")
-		got := 0
-		for _, p := range ps {
-			for _, pn := range p.Nodes {
-				if pn.State == "loaded" {
-					got++
-				}
-			}
-		}
-		return got
-	}
-	if _, err := s.WaitFor(ctx, 10*time.Minute, func() bool { return loaded() == n }); err != nil {
-		t.Fatalf("echo loaded on %d of %d members", loaded(), n)
-	}
-	start := time.Now()
-	sum, err := caller.Call(ctx, api.CallRequest{Tribes: []string{"all"}, Plugin: "echo", Method: "echo", Args: []byte(`{"ping":1}`)}, func(api.CallResult) {})
-	took := time.Since(start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum.Answered != n {
-		t.Fatalf("%+v: %d of %d members answered", sum, sum.Answered, n)
-	}
-	return took, len(caller.Host().Network().Peers())
+	echoToAll(t, s, 10*time.Minute)
+	took := callAll(t, s)
+	return took, len(s.Node(0).Host().Network().Peers())
 }

@@ -9,8 +9,13 @@ import (
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
-// pollEvery is how often WaitFor checks its condition.
+// pollEvery is how often WaitFor checks its condition, per 100 nodes: a
+// condition is usually a look at every node, N² work a second at a fixed
+// rate, and in simulated time the clock stands still while it runs.
 const pollEvery = 50 * time.Millisecond
+
+// poll is how often this simulation checks a condition.
+func (s *Sim) poll() time.Duration { return pollEvery * time.Duration(max(1, len(s.members)/100)) }
 
 // ErrTimeout is returned by WaitFor when the condition did not hold in time.
 var ErrTimeout = fmt.Errorf("sim: condition not met in time")
@@ -21,7 +26,7 @@ func (s *Sim) WaitFor(ctx context.Context, timeout time.Duration, cond func() bo
 	start := time.Now()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(pollEvery)
+	tick := time.NewTicker(s.poll())
 	defer tick.Stop()
 	for {
 		if cond() {
@@ -49,7 +54,7 @@ var ErrStalled = fmt.Errorf("sim: no progress")
 func (s *Sim) WaitProgress(ctx context.Context, stall time.Duration, progress func() int, done func() bool) (time.Duration, error) {
 	start := time.Now()
 	best, since := progress(), start
-	tick := time.NewTicker(pollEvery)
+	tick := time.NewTicker(s.poll())
 	defer tick.Stop()
 	for {
 		if done() {
@@ -85,7 +90,7 @@ func (s *Sim) NodesWithPeers(k int) int {
 // true.
 func (s *Sim) Holds(ctx context.Context, d time.Duration, cond func() bool) error {
 	end := time.Now().Add(d)
-	tick := time.NewTicker(pollEvery)
+	tick := time.NewTicker(s.poll())
 	defer tick.Stop()
 	for time.Now().Before(end) {
 		if !cond() {

@@ -354,8 +354,12 @@ func (n *Node) serveSwim(s network.Stream) {
 	}
 	n.swimHeard(remote)
 	if f.Kind == swim.KindSync {
+		// What it holds stale first, then what this node holds not alive.
+		fix := n.swim.d.Corrections(f.Msg.Updates)
 		n.swim.d.ApplySnapshot(f.Msg.Updates)
-		if _, err := s.Write(swim.AppendFrame(nil, swim.Frame{Kind: swim.KindSync, Msg: swim.Message{Updates: n.swim.d.Snapshot()}})); err != nil {
+		answer := append(fix, n.swim.d.Snapshot()...)
+		answer = answer[:min(len(answer), swim.MaxSnapshot)]
+		if _, err := s.Write(swim.AppendFrame(nil, swim.Frame{Kind: swim.KindSync, Msg: swim.Message{Updates: answer}})); err != nil {
 			s.Reset()
 		}
 		return

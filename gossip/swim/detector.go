@@ -310,6 +310,14 @@ func (d *Detector) Snapshot() []Update {
 	return d.m.Snapshot()
 }
 
+// Corrections is Members.Corrections: what this node knows newer of the
+// members another node's snapshot holds not alive.
+func (d *Detector) Corrections(us []Update) []Update {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.m.Corrections(us)
+}
+
 // ApplySnapshot takes another node's snapshot.
 func (d *Detector) ApplySnapshot(us []Update) {
 	now := time.Now()

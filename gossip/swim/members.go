@@ -525,6 +525,26 @@ func (m *Members) Snapshot() []Update {
 	return out
 }
 
+// Corrections answers another node's Snapshot: for each member it holds
+// suspect, dead or left in an older incarnation than this node knows, the
+// signed update that says what this node holds (the member's own word,
+// alive again in a newer incarnation). Without it a node that missed a
+// refutation, while the fleet was too busy to carry every message, held
+// the member dead for good: its snapshot went to peers that knew better
+// and dropped it, and a dead member is no longer probed. The answer is at
+// most MaxSnapshot updates.
+func (m *Members) Corrections(us []Update) []Update {
+	var out []Update
+	for _, u := range us[:min(len(us), MaxSnapshot)] {
+		mb := m.members[u.Node]
+		if mb == nil || mb.last.Node == "" || mb.inc <= u.Incarnation || u.State == Alive {
+			continue
+		}
+		out = append(out, mb.last)
+	}
+	return out
+}
+
 // ApplySnapshot takes another node's Snapshot, as Apply takes a message
 // (with no cap of MaxUpdates).
 func (m *Members) ApplySnapshot(us []Update, now time.Time) []Change {

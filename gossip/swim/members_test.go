@@ -237,6 +237,35 @@ func TestSnapshot(t *testing.T) {
 	}
 }
 
+// TestSnapshotCorrections: a node that missed b's refutation holds b dead
+// in b's old incarnation, and its snapshot goes to a node that holds b
+// alive in the new one; the answer carries b's own word, and b is alive
+// again on the stale node. What the stale node holds right, or newer, is
+// not answered.
+func TestSnapshotCorrections(t *testing.T) {
+	stale := newTestMembers("a", "b", "c", "d")
+	stale.Apply([]Update{
+		{Node: "b", State: Dead, Incarnation: 3, From: "c"},
+		{Node: "d", State: Dead, Incarnation: 2, From: "c"},
+	}, t0)
+	knows := newTestMembers("x", "b", "c", "d")
+	knows.Apply([]Update{
+		{Node: "b", State: Alive, Incarnation: 4, From: "b"}, // b refuted
+		{Node: "d", State: Alive, Incarnation: 2, From: "d"}, // older than d's death
+	}, t0)
+	fix := knows.Corrections(stale.Snapshot())
+	if len(fix) != 1 || fix[0].Node != "b" || fix[0].State != Alive || fix[0].Incarnation != 4 || fix[0].From != "b" {
+		t.Fatalf("corrections %+v, want b's own alive in incarnation 4 alone", fix)
+	}
+	stale.ApplySnapshot(fix, t0)
+	if s, inc, _ := stale.State("b"); s != Alive || inc != 4 {
+		t.Fatalf("b is %v/%d on the stale node after the correction, want alive/4", s, inc)
+	}
+	if s, _, _ := stale.State("d"); s != Dead {
+		t.Fatalf("d is %v, want still dead: nobody knew better", s)
+	}
+}
+
 // TestPiggybackToSuspect: a message to a member this node suspects
 // carries the suspicion, even once its retransmissions are spent.
 func TestPiggybackToSuspect(t *testing.T) {

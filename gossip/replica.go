@@ -82,6 +82,9 @@ type Replica struct {
 	counters counters
 	pulls    syncTotals   // what SyncWith did, for metrics
 	relayed  atomic.Int64 // pulled entries passed on (relayFresh)
+	// meshSince is when the first peer joined the topic (UnixNano; 0
+	// before): relayFresh waits for this node's mesh to form.
+	meshSince atomic.Int64
 
 	// Guards of the sync protocol (syncguard.go).
 	penalties cooldown

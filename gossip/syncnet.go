@@ -298,7 +298,12 @@ const (
 // hashes, so the author's own publish later is a duplicate. At most
 // maxRelay of a pull: what a node writes as it starts.
 func (r *Replica) relayFresh(from peer.ID, changes []*Change, now time.Time) {
-	if r.topic == nil {
+	// Only once this node's own mesh has had unsentDelay to form: passed
+	// on sooner, as when a whole fleet starts at once, the entry reaches
+	// few nodes, and its author's own publish later is a duplicate that
+	// every one of those drops, so it goes no further.
+	since := r.meshSince.Load()
+	if r.topic == nil || since == 0 || now.Sub(time.Unix(0, since)) < unsentDelay {
 		return
 	}
 	relayed := 0
@@ -381,6 +386,7 @@ func (r *Replica) onTopicJoin(events *pubsub.TopicEventHandler) {
 			return
 		}
 		if ev.Type == pubsub.PeerJoin {
+			r.meshSince.CompareAndSwap(0, r.now().UnixNano())
 			r.spawn(r.publishUnsent)
 			r.spawn(func() { r.pull(ev.Peer) })
 		}

@@ -39,6 +39,11 @@ func (n *memNet) lag(ctx context.Context, node string) error {
 	if d == 0 {
 		return nil
 	}
+	return wait(ctx, d)
+}
+
+// wait waits d, or until ctx ends (its error).
+func wait(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -59,14 +64,7 @@ func (n *memNet) leg(ctx context.Context) error {
 		d += 200 * time.Millisecond
 	}
 	n.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return wait(ctx, d)
 }
 
 func (n *memNet) node(ctx context.Context, id string) (*Detector, error) {

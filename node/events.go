@@ -117,11 +117,12 @@ func (n *Node) noteLiveness(changes []swim.Change) {
 	n.watchLive.mu.Lock()
 	for _, c := range changes {
 		id := peer.ID(c.Node)
-		if _, ok := n.replica.Get(nodesPrefix + id.String()); !ok {
-			continue // not a node the views show
+		v := n.view(id)
+		if v.record == 0 {
+			continue // no record here: not a node the views show
 		}
 		state := swimLiveness[c.State]
-		if n.view(id).state() == Left {
+		if v.state() == Left {
 			state = Left
 		}
 		if e, ok := n.watchLive.t.Note(events.Sample{Node: id.String(), Name: n.watchLive.names(id.String()), State: state}, now); ok {

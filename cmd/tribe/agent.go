@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/resident"
 	"github.com/tribeagent/tribe/node"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
@@ -95,6 +96,15 @@ func runAgent(c *cli.Context) error {
 		return cfg, err
 	}
 	return node.Run(ctx, cfg, node.Deps{Logger: log, LogLevel: level, Reload: reload}, func(n *node.Node) {
+		// Start-up touched most of the binary; give back what idling
+		// does not use (see package resident).
+		go resident.Keep(ctx.Done(), func(released int64, err error) {
+			if err != nil {
+				log.Warn("giving back the binary's unused pages", "err", err)
+				return
+			}
+			log.Debug("gave back the binary's resident pages; those in use fault back in", "bytes", released)
+		})
 		hups := make(chan os.Signal, 1)
 		signal.Notify(hups, syscall.SIGHUP)
 		go func() {

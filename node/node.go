@@ -295,8 +295,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		callOpts = append(callOpts, servedOption(n.metrics))
 		if n.ownsHost {
 			// The resource manager of the host buildHost made keeps its
-			// stats whether or not anyone reads them (they are
-			// process-wide): exporting them costs nothing more.
+			// stats (process-wide) when the metrics endpoint is on.
 			rcmgr.MustRegisterWith(n.metrics.Registry())
 		}
 	}

@@ -176,11 +176,12 @@ func BenchmarkFanOut25Agents(b *testing.B) {
 // echoFleet starts n agent processes on loopback (prefix0 is the seed the
 // others --join), waits until the first knows them all, makes the tribes
 // tribes(names) asks for and loads echo in each, and waits until every
-// member has it loaded. It returns the agents and a client of the first.
-func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(names []string) map[string][]string) ([]*agentProc, *api.Client) {
+// member has it loaded. extra flags go to every agent. It returns the
+// agents and a client of the first.
+func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(names []string) map[string][]string, extra ...string) ([]*agentProc, *api.Client) {
 	b.Helper()
 	agents := make([]*agentProc, n)
-	agents[0] = newAgent(b, prefix+"0")
+	agents[0] = newAgent(b, prefix+"0", extra...)
 	var trust []string
 	if trusted { // the first is the trusted writer and admits the rest
 		trust = []string{"--trusted", presetIdentity(b, agents[0])}
@@ -189,7 +190,7 @@ func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(nam
 	agents[0].start()
 	seed := agents[0].tcpJoin()
 	for j := 1; j < n; j++ {
-		agents[j] = newAgent(b, fmt.Sprintf("%s%d", prefix, j), append([]string{"--join", seed}, trust...)...)
+		agents[j] = newAgent(b, fmt.Sprintf("%s%d", prefix, j), append(append([]string{"--join", seed}, trust...), extra...)...)
 		agents[j].start()
 	}
 	c := api.NewClient(filepath.Join(agents[0].dir, api.SocketName))

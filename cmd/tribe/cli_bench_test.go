@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,7 +76,104 @@ func BenchmarkCLILatency(b *testing.B) {
 	}
 	b.StopTimer()
 	for i, k := range kinds {
-		slices.Sort(times[i])
-		b.ReportMetric(float64(times[i][len(times[i])/2].Microseconds())/1000, k.unit)
+		b.ReportMetric(float64(median(times[i]).Microseconds())/1000, k.unit)
 	}
+}
+
+// BenchmarkCLIFanOutVsSerfQuery: a fan-out through the CLI, from process
+// start to the last answer, against HashiCorp Serf's query to as many
+// tagged agents, alternated in one run: 10 tagged agents of 20, then 25 of
+// 50 (fleets on loopback, both logging at warn). tribe: `tribe call --tribe
+// web echo echo` on the first agent, the tagged agents being web's
+// members. Serf: `serf query -tag role=web echo` on the first agent, the
+// tagged agents answering through the event handler query:echo=cat (the
+// payload back, as echo does), timed until the last "Response from" line
+// (the serf CLI itself waits out the query's timeout). The median of 20
+// runs each; target: tribe at least 20x faster.
+func BenchmarkCLIFanOutVsSerfQuery(b *testing.B) {
+	serf, err := serfBin()
+	if err != nil {
+		b.Skipf("nothing to compare with: %v", err)
+	}
+	for _, size := range []struct{ n, tagged int }{{20, 10}, {50, 25}} {
+		n, tagged := size.n, size.tagged
+		agents, _ := echoFleet(b, fmt.Sprintf("q%d-", n), n, false, func(all []string) map[string][]string {
+			return map[string][]string{"web": all[1 : 1+tagged]}
+		}, "--log-level", "warn")
+		fleet, _ := startSerf(b, serf, n, func(i int) []string {
+			args := []string{"-event-handler", "query:echo=cat"}
+			if i >= 1 && i <= tagged {
+				args = append(args, "-tag", "role=web")
+			}
+			return args
+		})
+		fleet.waitAlive(b, n)
+		tribeCall := func() time.Duration {
+			t0 := time.Now()
+			out, err := exec.Command(tribeBin, "call", "--data-dir", agents[0].dir, "--tribe", "web", "echo", "echo", `{"ping":1}`).CombinedOutput()
+			if err != nil {
+				b.Fatalf("tribe call: %v\n%s", err, out)
+			}
+			return time.Since(t0)
+		}
+		serfQuery := func() time.Duration {
+			return untilResponses(b, tagged, serf, "query", "-rpc-addr", fleet.rpc[0], "-tag", "role=web", "-timeout", "10s", "echo", "ping")
+		}
+		tribeCall() // warm: connections, page cache
+		serfQuery()
+		const runs = 20
+		var tribeTimes, serfTimes []time.Duration
+		for range b.N {
+			for range runs {
+				tribeTimes = append(tribeTimes, tribeCall())
+				serfTimes = append(serfTimes, serfQuery())
+			}
+		}
+		t, s := median(tribeTimes), median(serfTimes)
+		at := fmt.Sprintf("@%dof%d", tagged, n)
+		b.ReportMetric(float64(t.Microseconds())/1000, "tribe_call_ms"+at)
+		b.ReportMetric(float64(s.Microseconds())/1000, "serf_query_ms"+at)
+		b.ReportMetric(float64(s)/float64(t), "serf/tribe"+at)
+		fleet.kill()
+		for _, a := range agents {
+			a.kill()
+		}
+	}
+}
+
+// untilResponses runs the serf CLI with args and returns the time from its
+// start until it has printed want "Response from" lines; then it is ended.
+func untilResponses(b *testing.B, want int, serf string, args ...string) time.Duration {
+	cmd := exec.Command(serf, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	sc := bufio.NewScanner(stdout)
+	got := 0
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.HasPrefix(sc.Text(), "Response from") {
+			if got++; got == want {
+				return time.Since(t0)
+			}
+		}
+	}
+	b.Fatalf("serf %v: %d of %d responses:\n%s", args, got, want, strings.Join(lines, "\n"))
+	return 0
+}
+
+// median is the middle of ds (sorted in place).
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,23 +118,32 @@ func tribeMembership(b *testing.B, n int) (conv, cpu, rss float64) {
 
 // serfMembership runs the same with serf agents.
 func serfMembership(b *testing.B, serf string, n int) (conv, cpu, rss float64) {
-	type proc struct {
-		cmd *exec.Cmd
-		rpc string
-	}
-	procs := make([]proc, n)
-	defer func() {
-		for _, p := range procs {
-			if p.cmd != nil && p.cmd.Process != nil {
-				p.cmd.Process.Kill()
-				p.cmd.Wait()
-			}
-		}
-	}()
+	f, start := startSerf(b, serf, n, nil)
+	defer f.kill()
+	f.waitAlive(b, n)
+	conv = time.Since(start).Seconds()
+	cpu, rss = idleCost(b, f.pids())
+	return conv, cpu, rss
+}
+
+// serfFleet is n serf agent processes on loopback.
+type serfFleet struct {
+	serf  string
+	procs []*exec.Cmd
+	rpc   []string        // each agent's RPC address, for the serf CLI
+	logs  []*bytes.Buffer // each agent's output
+	ended []chan struct{} // closed when the agent's process has ended
+}
+
+// startSerf starts n serf agents on loopback, the first alone and, once
+// it answers, the others at once, each joining the first; extra, if not
+// nil, adds agent i's flags. It returns when the others were started from.
+func startSerf(b *testing.B, serf string, n int, extra func(i int) []string) (*serfFleet, time.Time) {
+	f := &serfFleet{serf: serf}
 	var seed string
 	var start time.Time
 	for i := range n {
-		bind := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+		bind := fmt.Sprintf("127.0.0.1:%d", freeTCPAndUDPPort(b))
 		rpc := fmt.Sprintf("127.0.0.1:%d", freePort(b))
 		args := []string{"agent", "-node", fmt.Sprintf("s%d", i), "-bind", bind, "-rpc-addr", rpc, "-log-level", "warn"}
 		if i > 0 {
@@ -140,11 +151,23 @@ func serfMembership(b *testing.B, serf string, n int) (conv, cpu, rss float64) {
 		} else {
 			seed = bind
 		}
+		if extra != nil {
+			args = append(args, extra(i)...)
+		}
 		cmd := exec.Command(serf, args...)
+		log := new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
+			f.kill()
 			b.Fatal(err)
 		}
-		procs[i] = proc{cmd, rpc}
+		ended := make(chan struct{})
+		go func() {
+			cmd.Wait()
+			close(ended)
+		}()
+		f.procs, f.rpc = append(f.procs, cmd), append(f.rpc, rpc)
+		f.logs, f.ended = append(f.logs, log), append(f.ended, ended)
 		if i == 0 {
 			waitEvery(b, 30*time.Second, 5*time.Millisecond, "serf agent to answer", func() bool {
 				return exec.Command(serf, "members", "-rpc-addr", rpc).Run() == nil
@@ -152,21 +175,61 @@ func serfMembership(b *testing.B, serf string, n int) (conv, cpu, rss float64) {
 			start = time.Now()
 		}
 	}
+	return f, start
+}
+
+// freeTCPAndUDPPort returns a port free a moment ago on loopback for both
+// TCP and UDP, as a serf agent's bind needs (agents' QUIC listeners take
+// UDP ports that freePort does not see).
+func freeTCPAndUDPPort(b *testing.B) int {
+	for range 100 {
+		port := freePort(b)
+		c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+			return port
+		}
+	}
+	b.Fatal("no port free for both TCP and UDP in 100 tries")
+	return 0
+}
+
+// waitAlive waits until every agent lists all n alive; an agent that
+// ended (a port taken between freePort and its bind, say) fails the
+// benchmark with its output.
+func (f *serfFleet) waitAlive(b *testing.B, n int) {
 	waitAll(b, n, "serf", func(i int) bool {
-		out, err := exec.Command(serf, "members", "-rpc-addr", procs[i].rpc, "-status", "alive", "-format", "json").Output()
+		select {
+		case <-f.ended[i]:
+			b.Errorf("serf agent s%d ended:\n%s", i, f.logs[i])
+			return true // waiting longer would not help
+		default:
+		}
+		out, err := exec.Command(f.serf, "members", "-rpc-addr", f.rpc[i], "-status", "alive", "-format", "json").Output()
 		if err != nil {
 			return false
 		}
 		var m struct{ Members []json.RawMessage }
 		return json.Unmarshal(out, &m) == nil && len(m.Members) == n
 	})
-	conv = time.Since(start).Seconds()
-	pids := make([]int, n)
-	for i, p := range procs {
-		pids[i] = p.cmd.Process.Pid
+	if b.Failed() {
+		b.FailNow()
 	}
-	cpu, rss = idleCost(b, pids)
-	return conv, cpu, rss
+}
+
+func (f *serfFleet) pids() []int {
+	pids := make([]int, len(f.procs))
+	for i, p := range f.procs {
+		pids[i] = p.Process.Pid
+	}
+	return pids
+}
+
+func (f *serfFleet) kill() {
+	for i, p := range f.procs {
+		p.Process.Kill()
+		<-f.ended[i]
+	}
 }
 
 // waitAll polls ok for every agent, at most 8 at a time, until all hold

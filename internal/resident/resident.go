@@ -145,11 +145,12 @@ func Release() (int64, error) {
 	return released, nil
 }
 
-// Schedule is when Keep releases: after start-up has settled, once more
-// when the first minute's work (joining, first discovery rounds) is done,
-// then now and then, giving back what rare work (a reload, a job, a policy
+// Schedule is the waits between Keep's releases: 5 s after ready, when the
+// agent alone has settled; 30 s and a minute later, when joining a fleet
+// (dials, handshakes, the first state sync and discovery rounds) has; then
+// every 10 minutes, giving back what rare work (a reload, a job, a policy
 // change) touched.
-var Schedule = []time.Duration{5 * time.Second, time.Minute, 10 * time.Minute}
+var Schedule = []time.Duration{5 * time.Second, 30 * time.Second, time.Minute, 10 * time.Minute}
 
 // Keep releases the executable's pages on Schedule (the last interval
 // repeating) until stop is closed; each result goes to report.

@@ -19,6 +19,12 @@ import (
 // enough for start-up garbage to be collected and discovery to go quiet.
 const idleSettle = 10 * time.Second
 
+// asUsersRun is the log level agents run at in the memory benchmarks: the
+// default. The harness's debug level would weigh on what is measured:
+// every record logged walks its caller's stack (slog keeps its PC), and
+// with it Go's function tables, which then stay resident.
+var asUsersRun = []string{"--log-level", "info"}
+
 // BenchmarkAgentStartToReady measures, per iteration, the time from exec
 // of `tribe agent` until its API answers, against the time to exec and
 // finish `tribe --version` (process start and Go runtime start-up) measured
@@ -45,33 +51,53 @@ func BenchmarkAgentStartToReady(b *testing.B) {
 }
 
 // BenchmarkAgentIdleRSS is the resident memory of one idle agent (target:
-// at most 20 MB) and its proportional share (PSS).
+// at most 20 MB, and at most Serf's) and its proportional share (PSS) and
+// anonymous part; beside it, measured the same way in the same run, one
+// idle HashiCorp Serf agent, where serf builds.
 func BenchmarkAgentIdleRSS(b *testing.B) {
+	serf, serfErr := serfBin()
+	if serfErr != nil {
+		b.Logf("serf is left out: %v", serfErr)
+	}
 	for i := 0; i < b.N; i++ {
-		a := newAgent(b, "idle")
+		a := newAgent(b, "idle", asUsersRun...)
 		a.start()
 		time.Sleep(idleSettle)
-		rss, pss := memOf(b, a.cmd.Process.Pid)
+		m := memOf(b, a.cmd.Process.Pid)
 		a.kill()
-		b.ReportMetric(rss, "rss_MB")
-		b.ReportMetric(pss, "pss_MB")
-		b.ReportMetric(rss/20, "rss/target_ratio")
+		b.ReportMetric(m.rss, "rss_MB")
+		b.ReportMetric(m.pss, "pss_MB")
+		b.ReportMetric(m.anon, "anon_MB")
+		b.ReportMetric(m.rss/20, "rss/target_ratio")
+		if serfErr != nil {
+			continue
+		}
+		f, _ := startSerf(b, serf, 1, nil)
+		time.Sleep(idleSettle)
+		sm := memOf(b, f.procs[0].Process.Pid)
+		f.kill()
+		b.ReportMetric(sm.rss, "serf_rss_MB")
+		b.ReportMetric(sm.anon, "serf_anon_MB")
+		b.ReportMetric(m.rss/sm.rss, "rss_tribe/serf")
 	}
 }
 
 // BenchmarkCluster20IdleRSS runs 20 agents on loopback, all joined through
-// the first, lets them find each other and go idle, and reports resident
-// memory per agent: mean and max RSS, and mean PSS (RSS with the pages the
-// agents share, such as the binary's, split between them).
+// the first, lets them find each other and go idle (a minute: joining
+// touches code for a while, and the agents give back the binary's pages
+// 5, 35 and 95 s after ready), and reports resident memory per agent: mean
+// and max RSS, mean PSS (RSS with the pages the agents share, such as the
+// binary's, split between them) and mean anonymous memory (the heap,
+// stacks: what each agent costs alone).
 func BenchmarkCluster20IdleRSS(b *testing.B) {
 	const n = 20
 	for i := 0; i < b.N; i++ {
 		agents := make([]*agentProc, n)
-		agents[0] = newAgent(b, "c0")
+		agents[0] = newAgent(b, "c0", asUsersRun...)
 		agents[0].start()
 		seed := agents[0].tcpJoin()
 		for j := 1; j < n; j++ {
-			agents[j] = newAgent(b, fmt.Sprintf("c%d", j), "--join", seed)
+			agents[j] = newAgent(b, fmt.Sprintf("c%d", j), append([]string{"--join", seed}, asUsersRun...)...)
 			agents[j].start()
 		}
 		deadline := time.Now().Add(2 * time.Minute)
@@ -83,30 +109,37 @@ func BenchmarkCluster20IdleRSS(b *testing.B) {
 				time.Sleep(100 * time.Millisecond)
 			}
 		}
-		time.Sleep(idleSettle)
-		var sumRSS, maxRSS, sumPSS float64
+		time.Sleep(clusterSettle)
+		var sum, most mem
 		for _, a := range agents {
-			rss, pss := memOf(b, a.cmd.Process.Pid)
-			sumRSS += rss
-			sumPSS += pss
-			maxRSS = max(maxRSS, rss)
+			m := memOf(b, a.cmd.Process.Pid)
+			sum.rss, sum.pss, sum.anon = sum.rss+m.rss, sum.pss+m.pss, sum.anon+m.anon
+			most.rss = max(most.rss, m.rss)
 		}
 		for _, a := range agents {
 			a.kill()
 		}
-		b.ReportMetric(sumRSS/n, "rss_mean_MB")
-		b.ReportMetric(maxRSS, "rss_max_MB")
-		b.ReportMetric(sumPSS/n, "pss_mean_MB")
+		b.ReportMetric(sum.rss/n, "rss_mean_MB")
+		b.ReportMetric(most.rss, "rss_max_MB")
+		b.ReportMetric(sum.pss/n, "pss_mean_MB")
+		b.ReportMetric(sum.anon/n, "anon_mean_MB")
 	}
 }
 
-// memOf reads a process's RSS and PSS in MB from /proc.
-func memOf(b *testing.B, pid int) (rss, pss float64) {
+// clusterSettle is how long a cluster idles before its memory is read.
+const clusterSettle = time.Minute
+
+// mem is a process's resident memory in MB.
+type mem struct{ rss, pss, anon float64 }
+
+// memOf reads a process's RSS, PSS and anonymous memory from /proc.
+func memOf(b *testing.B, pid int) mem {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
+	var m mem
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -119,12 +152,14 @@ func memOf(b *testing.B, pid int) (rss, pss float64) {
 		}
 		switch fields[0] {
 		case "Rss:":
-			rss = kb / 1024
+			m.rss = kb / 1024
 		case "Pss:":
-			pss = kb / 1024
+			m.pss = kb / 1024
+		case "Anonymous:":
+			m.anon = kb / 1024
 		}
 	}
-	return rss, pss
+	return m
 }
 
 // BenchmarkFanOut25Agents runs 25 agent processes on loopback; the first

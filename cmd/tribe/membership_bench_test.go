@@ -50,25 +50,45 @@ func BenchmarkMembership20And50(b *testing.B) {
 		b.Logf("serf is left out: %v", serfErr)
 	}
 	for _, n := range []int{20, 50} {
-		var conv, cpu, rss, sConv, sCPU, sRSS float64
+		var t, sf fleetCost
 		for range b.N {
-			c, p, r := tribeMembership(b, n)
-			conv, cpu, rss = conv+c, cpu+p, rss+r
+			t.add(tribeMembership(b, n))
 			if serfErr == nil {
-				c, p, r := serfMembership(b, serf, n)
-				sConv, sCPU, sRSS = sConv+c, sCPU+p, sRSS+r
+				sf.add(serfMembership(b, serf, n))
 			}
 		}
-		k := float64(b.N)
-		b.ReportMetric(conv/k, fmt.Sprintf("tribe_converge_s@%d", n))
-		b.ReportMetric(cpu/k, fmt.Sprintf("tribe_idle_cpu_ms_per_min@%d", n))
-		b.ReportMetric(rss/k, fmt.Sprintf("tribe_rss_MB@%d", n))
+		t.report(b, "tribe", n)
 		if serfErr == nil {
-			b.ReportMetric(sConv/k, fmt.Sprintf("serf_converge_s@%d", n))
-			b.ReportMetric(sCPU/k, fmt.Sprintf("serf_idle_cpu_ms_per_min@%d", n))
-			b.ReportMetric(sRSS/k, fmt.Sprintf("serf_rss_MB@%d", n))
-			b.ReportMetric(conv/sConv, fmt.Sprintf("converge_tribe/serf@%d", n))
+			sf.report(b, "serf", n)
+			b.ReportMetric(t.conv/sf.conv, fmt.Sprintf("converge_tribe/serf@%d", n))
 		}
+	}
+}
+
+// fleetCost is what a fleet's run measured, per agent: seconds to
+// converge, idle CPU in ms per minute, resident memory (RSS, PSS,
+// anonymous) in MB; summed over runs until reported.
+type fleetCost struct {
+	runs      int
+	conv, cpu float64
+	mem       mem
+}
+
+func (f *fleetCost) add(c fleetCost) {
+	f.runs++
+	f.conv, f.cpu = f.conv+c.conv, f.cpu+c.cpu
+	f.mem.rss, f.mem.pss, f.mem.anon = f.mem.rss+c.mem.rss, f.mem.pss+c.mem.pss, f.mem.anon+c.mem.anon
+}
+
+// report reports the means over the runs, as who's at n agents.
+func (f *fleetCost) report(b *testing.B, who string, n int) {
+	k := float64(f.runs)
+	f.conv, f.cpu = f.conv/k, f.cpu/k
+	for _, m := range []struct {
+		v    float64
+		unit string
+	}{{f.conv, "converge_s"}, {f.cpu, "idle_cpu_ms_per_min"}, {f.mem.rss / k, "rss_MB"}, {f.mem.pss / k, "pss_MB"}, {f.mem.anon / k, "anon_MB"}} {
+		b.ReportMetric(m.v, fmt.Sprintf("%s_%s@%d", who, m.unit, n))
 	}
 }
 
@@ -76,9 +96,8 @@ func BenchmarkMembership20And50(b *testing.B) {
 // idleSettle.
 const idleWindow = 30 * time.Second
 
-// tribeMembership runs the tribe side: seconds to converge, idle CPU in
-// ms per minute and RSS in MB, each per agent.
-func tribeMembership(b *testing.B, n int) (conv, cpu, rss float64) {
+// tribeMembership runs the tribe side.
+func tribeMembership(b *testing.B, n int) fleetCost {
 	agents := make([]*agentProc, n)
 	agents[0] = newAgent(b, "m0", "--log-level", "warn")
 	agents[0].start()
@@ -107,23 +126,25 @@ func tribeMembership(b *testing.B, n int) (conv, cpu, rss float64) {
 		return alive == n
 	}
 	waitAll(b, n, "tribe", func(i int) bool { return allAlive(agents[i]) })
-	conv = time.Since(start).Seconds()
+	conv := time.Since(start).Seconds()
 	pids := make([]int, n)
 	for i, a := range agents {
 		pids[i] = a.cmd.Process.Pid
 	}
-	cpu, rss = idleCost(b, pids)
-	return conv, cpu, rss
+	c := idleCost(b, pids)
+	c.conv = conv
+	return c
 }
 
 // serfMembership runs the same with serf agents.
-func serfMembership(b *testing.B, serf string, n int) (conv, cpu, rss float64) {
+func serfMembership(b *testing.B, serf string, n int) fleetCost {
 	f, start := startSerf(b, serf, n, nil)
 	defer f.kill()
 	f.waitAlive(b, n)
-	conv = time.Since(start).Seconds()
-	cpu, rss = idleCost(b, f.pids())
-	return conv, cpu, rss
+	conv := time.Since(start).Seconds()
+	c := idleCost(b, f.pids())
+	c.conv = conv
+	return c
 }
 
 // serfFleet is n serf agent processes on loopback.
@@ -140,6 +161,7 @@ type serfFleet struct {
 // nil, adds agent i's flags. It returns when the others were started from.
 func startSerf(b *testing.B, serf string, n int, extra func(i int) []string) (*serfFleet, time.Time) {
 	f := &serfFleet{serf: serf}
+	b.Cleanup(f.kill) // a failed benchmark leaves no agent running
 	var seed string
 	var start time.Time
 	for i := range n {
@@ -225,11 +247,13 @@ func (f *serfFleet) pids() []int {
 	return pids
 }
 
+// kill ends the agents, if they run.
 func (f *serfFleet) kill() {
 	for i, p := range f.procs {
 		p.Process.Kill()
 		<-f.ended[i]
 	}
+	f.procs = nil
 }
 
 // waitAll polls ok for every agent, at most 8 at a time, until all hold
@@ -267,22 +291,24 @@ func waitAll(b *testing.B, n int, what string, ok func(i int) bool) {
 }
 
 // idleCost waits idleSettle, then measures the processes' CPU over
-// idleWindow (ms per minute, mean per process) and their RSS at its end
-// (MB, mean).
-func idleCost(b *testing.B, pids []int) (cpuMsPerMin, rssMB float64) {
+// idleWindow (ms per minute) and their memory at its end: means per
+// process.
+func idleCost(b *testing.B, pids []int) fleetCost {
 	time.Sleep(idleSettle)
 	before := make([]float64, len(pids))
 	for i, pid := range pids {
 		before[i] = procCPUms(b, pid)
 	}
 	time.Sleep(idleWindow)
+	var c fleetCost
 	for i, pid := range pids {
-		cpuMsPerMin += (procCPUms(b, pid) - before[i]) * float64(time.Minute) / float64(idleWindow)
-		r, _ := memOf(b, pid)
-		rssMB += r
+		c.cpu += (procCPUms(b, pid) - before[i]) * float64(time.Minute) / float64(idleWindow)
+		m := memOf(b, pid)
+		c.mem.rss, c.mem.pss, c.mem.anon = c.mem.rss+m.rss, c.mem.pss+m.pss, c.mem.anon+m.anon
 	}
 	n := float64(len(pids))
-	return cpuMsPerMin / n, rssMB / n
+	c.cpu, c.mem = c.cpu/n, mem{c.mem.rss / n, c.mem.pss / n, c.mem.anon / n}
+	return c
 }
 
 // procCPUms is a process's user and system CPU so far, in ms.

@@ -38,20 +38,21 @@ func (n *Node) reaped(p peer.ID) bool {
 func (n *Node) view(p peer.ID) peerView {
 	var v peerView
 	v.swim, v.heard, v.known = n.swimView(p)
-	e, ok := n.replica.Get(nodesPrefix + p.String())
+	id := p.String() // base58: once, not for each key
+	e, ok := n.replica.Get(nodesPrefix + id)
 	if !v.known && ok && n.swim.d != nil {
 		n.swimMember(p)
 	}
 	if ok {
 		v.record = e.HLC
-		if rec, _ := n.nodeNamed(p); rec.Left {
+		if rec := n.nameIn(p, e); rec.Left {
 			v.leftAt = rec.LeftAt
 			if v.leftAt.IsZero() {
 				v.leftAt = e.HLC.Wall()
 			}
 		}
 	}
-	if e, ok := n.replica.Get(forcedPrefix + p.String()); ok {
+	if e, ok := n.replica.Get(forcedPrefix + id); ok {
 		v.forced = e.HLC
 	}
 	return v

@@ -199,13 +199,18 @@ func (n *Node) nodeNamed(id peer.ID) (nodeName, bool) {
 	if !ok {
 		return nodeName{}, false
 	}
+	return n.nameIn(id, e), true
+}
+
+// nameIn decodes id's record entry e, or returns it decoded before.
+func (n *Node) nameIn(id peer.ID, e *gossip.Signed) nodeName {
 	if c, ok := n.names.Load(id); ok && c.(cachedName).entry == e {
-		return c.(cachedName).rec, true
+		return c.(cachedName).rec
 	}
 	var rec nodeName
 	json.Unmarshal(e.Value, &rec)
 	n.names.Store(id, cachedName{e, rec})
-	return rec, true
+	return rec
 }
 
 type cachedName struct {

@@ -68,9 +68,11 @@ func (s *Sim) sever(each func(f func(a, b peer.ID))) error {
 		}
 	})
 	// No new dial across can succeed now, but one that had already found
-	// its link may still complete: close connections until several passes
-	// in a row find none.
-	for pass, clean := 0, 0; clean < 5; pass++ {
+	// its link may still complete: close connections until passes over
+	// half a second in a row find none (100 ms was seen to be too short
+	// with the whole suite loading the machine: a connection landed 1.3 s
+	// after a partition).
+	for pass, clean := 0, 0; clean < 25; pass++ {
 		open := 0
 		each(func(a, b peer.ID) {
 			if len(s.mn.Net(a).ConnsToPeer(b)) > 0 {

@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/resident"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -113,7 +111,7 @@ func BenchmarkCluster20IdleRSS(b *testing.B) {
 		var sum, most mem
 		for _, a := range agents {
 			m := memOf(b, a.cmd.Process.Pid)
-			sum.rss, sum.pss, sum.anon = sum.rss+m.rss, sum.pss+m.pss, sum.anon+m.anon
+			sum = sum.plus(m)
 			most.rss = max(most.rss, m.rss)
 		}
 		for _, a := range agents {
@@ -139,28 +137,19 @@ func memOf(b *testing.B, pid int) mem {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	var m mem
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		kb, err := strconv.ParseFloat(fields[1], 64)
-		if err != nil {
-			continue
-		}
-		switch fields[0] {
-		case "Rss:":
-			m.rss = kb / 1024
-		case "Pss:":
-			m.pss = kb / 1024
-		case "Anonymous:":
-			m.anon = kb / 1024
-		}
+	maps, err := resident.ParseSmaps(f)
+	if err != nil || len(maps) != 1 {
+		b.Fatalf("smaps_rollup of %d: %d ranges, %v", pid, len(maps), err)
 	}
-	return m
+	const mb = 1 << 20
+	return mem{float64(maps[0].RSS) / mb, float64(maps[0].PSS) / mb, float64(maps[0].Anon) / mb}
 }
+
+// plus is m and o summed.
+func (m mem) plus(o mem) mem { return mem{m.rss + o.rss, m.pss + o.pss, m.anon + o.anon} }
+
+// div is m divided by k (a mean over k).
+func (m mem) div(k float64) mem { return mem{m.rss / k, m.pss / k, m.anon / k} }
 
 // BenchmarkFanOut25Agents runs 25 agent processes on loopback; the first
 // puts all 25 in tribe f25 and 5 of them in f5 and loads echo in both.

@@ -60,7 +60,7 @@ func BenchmarkMembership20And50(b *testing.B) {
 		t.report(b, "tribe", n)
 		if serfErr == nil {
 			sf.report(b, "serf", n)
-			b.ReportMetric(t.conv/sf.conv, fmt.Sprintf("converge_tribe/serf@%d", n))
+			b.ReportMetric(t.conv/sf.conv, fmt.Sprintf("converge_tribe/serf@%d", n)) // both summed over b.N runs
 		}
 	}
 }
@@ -76,19 +76,23 @@ type fleetCost struct {
 
 func (f *fleetCost) add(c fleetCost) {
 	f.runs++
-	f.conv, f.cpu = f.conv+c.conv, f.cpu+c.cpu
-	f.mem.rss, f.mem.pss, f.mem.anon = f.mem.rss+c.mem.rss, f.mem.pss+c.mem.pss, f.mem.anon+c.mem.anon
+	f.conv, f.cpu, f.mem = f.conv+c.conv, f.cpu+c.cpu, f.mem.plus(c.mem)
+}
+
+// mean is the cost per run.
+func (f fleetCost) mean() fleetCost {
+	k := float64(f.runs)
+	return fleetCost{runs: 1, conv: f.conv / k, cpu: f.cpu / k, mem: f.mem.div(k)}
 }
 
 // report reports the means over the runs, as who's at n agents.
-func (f *fleetCost) report(b *testing.B, who string, n int) {
-	k := float64(f.runs)
-	f.conv, f.cpu = f.conv/k, f.cpu/k
-	for _, m := range []struct {
+func (f fleetCost) report(b *testing.B, who string, n int) {
+	m := f.mean()
+	for _, r := range []struct {
 		v    float64
 		unit string
-	}{{f.conv, "converge_s"}, {f.cpu, "idle_cpu_ms_per_min"}, {f.mem.rss / k, "rss_MB"}, {f.mem.pss / k, "pss_MB"}, {f.mem.anon / k, "anon_MB"}} {
-		b.ReportMetric(m.v, fmt.Sprintf("%s_%s@%d", who, m.unit, n))
+	}{{m.conv, "converge_s"}, {m.cpu, "idle_cpu_ms_per_min"}, {m.mem.rss, "rss_MB"}, {m.mem.pss, "pss_MB"}, {m.mem.anon, "anon_MB"}} {
+		b.ReportMetric(r.v, fmt.Sprintf("%s_%s@%d", who, r.unit, n))
 	}
 }
 
@@ -303,11 +307,10 @@ func idleCost(b *testing.B, pids []int) fleetCost {
 	var c fleetCost
 	for i, pid := range pids {
 		c.cpu += (procCPUms(b, pid) - before[i]) * float64(time.Minute) / float64(idleWindow)
-		m := memOf(b, pid)
-		c.mem.rss, c.mem.pss, c.mem.anon = c.mem.rss+m.rss, c.mem.pss+m.pss, c.mem.anon+m.anon
+		c.mem = c.mem.plus(memOf(b, pid))
 	}
 	n := float64(len(pids))
-	c.cpu, c.mem = c.cpu/n, mem{c.mem.rss / n, c.mem.pss / n, c.mem.anon / n}
+	c.cpu, c.mem = c.cpu/n, c.mem.div(n)
 	return c
 }
 

@@ -26,17 +26,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Mapping is one mapped range of a file, from /proc/PID/smaps.
+// Mapping is one mapped range, from /proc/PID/smaps (or the one summed
+// range of /proc/PID/smaps_rollup).
 type Mapping struct {
 	Start, End uintptr
 	Perms      string // e.g. "r-xp"
 	Path       string
 	RSS        int64 // bytes resident
+	PSS        int64 // bytes resident, pages shared with other processes split between them
+	Anon       int64 // bytes of anonymous memory
 	Dirty      int64 // bytes dirty (private and shared)
 }
 
-// ParseSmaps reads /proc/PID/smaps: every mapping with its RSS and dirty
-// bytes.
+// ParseSmaps reads /proc/PID/smaps or smaps_rollup: every mapping with its
+// resident, proportional, anonymous and dirty bytes.
 func ParseSmaps(r io.Reader) ([]Mapping, error) {
 	var out []Mapping
 	sc := bufio.NewScanner(r)
@@ -58,6 +61,10 @@ func ParseSmaps(r io.Reader) ([]Mapping, error) {
 		switch f[0] {
 		case "Rss:":
 			last.RSS = kB(f)
+		case "Pss:":
+			last.PSS = kB(f)
+		case "Anonymous:":
+			last.Anon = kB(f)
 		case "Private_Dirty:", "Shared_Dirty:":
 			last.Dirty += kB(f)
 		}

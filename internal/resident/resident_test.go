@@ -70,6 +70,22 @@ func TestReleasable(t *testing.T) {
 	}
 }
 
+func TestParseSmapsRollup(t *testing.T) {
+	const rollup = `00400000-7fff38ad2000 ---p 00000000 00:00 0                              [rollup]
+Rss:               28300 kB
+Pss:               14150 kB
+Pss_Anon:           4232 kB
+Anonymous:          4232 kB
+`
+	maps, err := ParseSmaps(strings.NewReader(rollup))
+	if err != nil || len(maps) != 1 {
+		t.Fatalf("got %+v, %v", maps, err)
+	}
+	if m := maps[0]; m.RSS != 28300<<10 || m.PSS != 14150<<10 || m.Anon != 4232<<10 || m.Path != "[rollup]" {
+		t.Fatalf("rollup %+v", m)
+	}
+}
+
 func TestParseSmapsSkipsGarbage(t *testing.T) {
 	maps, err := ParseSmaps(strings.NewReader("nonsense\nRss: 12 kB\nzz-yy r-xp 0 0 0 /x\n10-5 r-xp 0 0 0 /x\n"))
 	if err != nil || len(maps) != 0 {

@@ -192,8 +192,11 @@ func (n *Node) mayWatch(p peer.ID, tribe string) bool {
 }
 
 // WatchTask implements api.Agent: the runs of this node's own (if it is a
-// member) and of every other member, over a stream to each. Members that
-// join after the watch begins are not watched.
+// member) and of every other member, over a stream to each. The members
+// are looked at again every watchRecheck: one that joined the tribe, or
+// whose membership reached this node, after the watch began is watched
+// from then on, and one whose stream ended (it did not hold the task yet,
+// it restarted) is watched again.
 func (n *Node) WatchTask(ctx context.Context, name string, emit func(*api.TaskRun)) error {
 	tribe, ok := n.findTask(name)
 	if !ok {
@@ -206,31 +209,47 @@ func (n *Node) WatchTask(ctx context.Context, name string, emit func(*api.TaskRu
 		return err
 	}
 	defer n.tasks.watch.remove(key, local)
-	targets, err := n.callTargets(api.CallRequest{Tribes: []string{tribe}})
-	if err != nil && !errors.Is(err, ErrUnknownTribe) {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for _, t := range targets {
-		if t.id == n.host.ID() {
-			continue
+	var mu sync.Mutex
+	watching := map[peer.ID]bool{}
+	watchMembers := func() error {
+		targets, err := n.callTargets(api.CallRequest{Tribes: []string{tribe}})
+		if err != nil && !errors.Is(err, ErrUnknownTribe) {
+			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := n.watchMember(ctx, t, key, runs); err != nil && ctx.Err() == nil {
-				n.log.Debug("task watch", "member", t.id, "err", err)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, t := range targets {
+			if t.id == n.host.ID() || watching[t.id] {
+				continue
 			}
-		}()
+			watching[t.id] = true
+			wg.Go(func() {
+				if err := n.watchMember(ctx, t, key, runs); err != nil && ctx.Err() == nil {
+					n.log.Debug("task watch", "member", t.id, "err", err)
+				}
+				mu.Lock()
+				delete(watching, t.id)
+				mu.Unlock()
+			})
+		}
+		return nil
 	}
+	if err := watchMembers(); err != nil {
+		return err
+	}
+	recheck := time.NewTicker(watchRecheck)
+	defer recheck.Stop()
 	emit(nil)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-recheck.C:
+			watchMembers()
 		case ev := <-local:
 			emit(&ev)
 		case ev := <-runs:
@@ -238,6 +257,10 @@ func (n *Node) WatchTask(ctx context.Context, name string, emit func(*api.TaskRu
 		}
 	}
 }
+
+// watchRecheck is how often a task watch looks for members it does not
+// watch yet.
+const watchRecheck = time.Second
 
 // watchMember streams one member's runs of key into runs.
 func (n *Node) watchMember(ctx context.Context, t callTarget, key string, runs chan<- api.TaskRun) error {

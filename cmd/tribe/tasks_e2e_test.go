@@ -77,7 +77,10 @@ workflow:
 	})
 	w := startTaskWatch(t, s1, "metrics")
 	from := map[string]bool{}
-	for len(from) < 2 {
+	for deadline := time.Now().Add(60 * time.Second); len(from) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("runs watched for 60s came from %v only, want c1 and c2", from)
+		}
 		r := w.next()
 		if !r.OK || r.Task != "metrics" || r.Tribe != "core" || r.Run < 1 || !strings.Contains(string(r.Output), "load") {
 			t.Fatalf("a watched run: %+v", r)

@@ -650,6 +650,20 @@ func (n *Node) callID() string {
 	return fmt.Sprintf("%016x", n.rng.Uint64())
 }
 
+// learnRecordAddrs makes a node this one holds no connection to, and
+// whose addresses the peerstore lacks, dialable from its record: for a
+// stream to a node met only through the state (a probe, a job's
+// hand-off, a fetch). Only for nodes that count: a stranger's record
+// could name any address.
+func (n *Node) learnRecordAddrs(p peer.ID) {
+	if n.isConnected(p) || len(n.host.Peerstore().Addrs(p)) > 0 || !n.rules().Counts(p) {
+		return
+	}
+	if rec, ok := n.nodeNamed(p); ok {
+		n.learnAddrs(p, rec.Addrs[:min(len(rec.Addrs), maxRecordAddrs)])
+	}
+}
+
 // learnAddrs adds a node's recorded addresses to the peerstore, so a call
 // can dial a node this one is not connected to.
 func (n *Node) learnAddrs(id peer.ID, addrs []string) {

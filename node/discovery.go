@@ -15,12 +15,17 @@ import (
 )
 
 // saveInterval is how often changed remembered peers are written out (new
-// peers are written at once; this covers address and last-seen updates).
+// peers are written sooner, see saveLoop; this covers address and
+// last-seen updates).
 const saveInterval = 30 * time.Second
 
 // emptyTableRecheck is how often discovery looks again while the DHT
 // routing table is empty.
 const emptyTableRecheck = time.Second
+
+// advertiseSpread: the first rendezvous advertisement comes within this
+// many discovery intervals of the start (a minute by default), at random.
+const advertiseSpread = 6
 
 // maxParallelDials bounds the dials one discovery round makes at once.
 const maxParallelDials = 8
@@ -133,6 +138,13 @@ func (n *Node) discoveryLoop() {
 	}
 	ns := rendezvous(n.cfg.Cluster)
 	var nextAdvertise atomic.Int64 // unix nanoseconds
+	// The first advertisement comes at a random point of the first
+	// advertiseSpread rounds: nodes that start together (a fleet booting,
+	// a join storm) do not all walk the DHT to the same key at once,
+	// dialling the nodes nearest it and each other on the way. A node
+	// that came in through a join, mDNS or a remembered peer is found
+	// through its record meanwhile (recordPeers).
+	nextAdvertise.Store(n.now().Add(time.Duration(n.float() * float64(advertiseSpread*n.cfg.DiscoveryInterval))).UnixNano())
 	var advertising atomic.Bool
 	for {
 		// Advertising is a DHT walk that a loaded node can wait a minute
@@ -151,13 +163,22 @@ func (n *Node) discoveryLoop() {
 			})
 		}
 		short := len(n.ConnectedPeers()) < n.cfg.TargetPeers
+		switch {
+		case !short:
+			n.shortSince.Store(0)
+		case n.shortSince.Load() == 0:
+			n.shortSince.Store(n.now().UnixNano())
+		}
 		if short {
 			n.dialAll(n.remembered.due(n.now(), n.isConnected), true)
 		}
 		if need := n.cfg.TargetPeers - len(n.ConnectedPeers()); need > 0 {
 			n.dialAll(n.recordPeers(need), false)
 		}
-		if short && tableSize() > 0 {
+		// The DHT only if the records did not do: a lookup dials the
+		// peers on its way to the key, and every node of a fleet that
+		// starts at once would make one.
+		if short && len(n.ConnectedPeers()) < n.cfg.TargetPeers && tableSize() > 0 {
 			n.findPeers(disc, ns)
 		}
 		wait := n.cfg.DiscoveryInterval
@@ -290,11 +311,37 @@ func (n *Node) isConnected(p peer.ID) bool {
 	return n.host.Network().Connectedness(p) == network.Connected
 }
 
-// saveLoop writes remembered-peer updates out now and then.
+// saveBatch is the least time between two writes of the remembered peers
+// for new peers: a node that joins a fleet meets dozens in its first
+// second, and writing the whole file for each was quadratic.
+const saveBatch = time.Second
+
+// saveLoop writes remembered-peer updates out: a new peer at once, or
+// with the others met since at most saveBatch after the last write;
+// address and last-seen updates every saveInterval.
 func (n *Node) saveLoop() {
-	for n.sleep(saveInterval) {
+	t := time.NewTicker(saveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		case <-n.metNew:
+		}
 		if err := n.remembered.save(); err != nil {
 			n.log.Warn("saving remembered peers", "err", err)
 		}
+		if !n.sleep(saveBatch) {
+			return
+		}
+	}
+}
+
+// rememberSoon has saveLoop write the remembered peers out.
+func (n *Node) rememberSoon() {
+	select {
+	case n.metNew <- struct{}{}:
+	default: // a write is due already
 	}
 }

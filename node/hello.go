@@ -266,9 +266,7 @@ func (n *Node) heard(p peer.ID, m helloMsg, toldBusy bool) {
 	}
 	n.log.Debug("peer connected", "peer", p, "name", h.Name)
 	if n.remembered.seen(p, n.host.Peerstore().Addrs(p), n.now()) {
-		if err := n.remembered.save(); err != nil {
-			n.log.Warn("saving remembered peers", "err", err)
-		}
+		n.rememberSoon()
 	}
 }
 

@@ -162,8 +162,10 @@ var errJoinSelf = errors.New("node: the join address is this node's own")
 
 // joinDue reports whether a join peer that is not connected should be
 // dialled now. One that turned this node away (busy, see shed.go) is
-// dialled again only while this node is short of peers, and then after a
-// backoff that grows with each busy answer: its role, letting this node
+// dialled again only while this node is short of peers, and has been for a
+// discovery round (the records and remembered peers did not make up for
+// the loss: a node that holds about TargetPeers is short after any trim),
+// and then after a backoff that grows with each busy answer: its role, letting this node
 // in, is done, and a fleet of joiners coming back to it would be the storm
 // it shed.
 func (n *Node) joinDue(j *join) bool {
@@ -171,7 +173,8 @@ func (n *Node) joinDue(j *join) bool {
 	if sheds == 0 {
 		return true
 	}
-	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers {
+	since := n.shortSince.Load()
+	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers || since == 0 || n.now().UnixNano()-since < int64(n.cfg.DiscoveryInterval) {
 		return false
 	}
 	return n.now().Sub(at) >= backoff(sheds, n.cfg.BackoffMin, n.cfg.BackoffMax, 0.5)

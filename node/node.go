@@ -131,8 +131,10 @@ type Node struct {
 	pluginCh chan struct{} // pokes the plugin loop (pokePlugins)
 	admitCh  chan struct{} // pokes the auto-admit loop
 
-	peers      *peerBook   // what hello told us about connected peers
-	remembered *remembered // peers.json
+	peers      *peerBook     // what hello told us about connected peers
+	remembered *remembered   // peers.json
+	metNew     chan struct{} // a new peer to remember: saveLoop writes it out
+	shortSince atomic.Int64  // unix ns since the discovery loop found the node short of peers (0: it is not)
 
 	dht      *dht.IpfsDHT
 	mdns     mdns.Service
@@ -205,7 +207,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(), relinking: map[peer.ID]bool{},
 		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1),
 		pluginCh: make(chan struct{}, 1), admitCh: make(chan struct{}, 1),
-		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1)}
+		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1), metNew: make(chan struct{}, 1)}
 	n.jobs.poke = make(chan struct{}, 1)
 	n.jobs.handing = gossip.NewSlots(maxHanding, maxHandingPerPeer)
 	n.sharing.serving = gossip.NewSlots(maxFetchServing, 1)
@@ -402,6 +404,13 @@ func (n *Node) Start(ctx context.Context) error {
 			dht.Mode(dht.ModeServer),
 			dht.ProtocolPrefix("/tribe"),
 			dht.BootstrapPeers(n.bootstrapPeers()...),
+			// The table fills from the connections the node makes and
+			// the lookups it does (advertising, finding peers). The
+			// DHT's own refresh walks the key space bucket by bucket
+			// as soon as the first peer arrives and again while the
+			// table is small: in a fleet that starts at once, every
+			// node dialling most others in its first seconds.
+			dht.DisableAutoRefresh(),
 		)
 		if err != nil {
 			return fmt.Errorf("node: dht: %w", err)

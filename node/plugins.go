@@ -637,11 +637,20 @@ func (n *Node) callOne(ctx context.Context, t callTarget, req plugins.Request) p
 // outbound connection limit would refuse first). A peer protected by
 // another part of the node (a --join peer) keeps its connection.
 func (n *Node) releaseCallConn(p peer.ID) {
-	if len(n.host.Network().Peers()) <= n.cfg.ConnLow || n.host.ConnManager().IsProtected(p, "") {
-		return
+	if n.releaseConn(p, n.cfg.ConnLow) {
+		n.callConnsClosed.Add(1)
+	}
+}
+
+// releaseConn closes the node's connections to p unless it holds no more
+// than keep peers (p included) or p is protected, and reports whether it
+// closed them.
+func (n *Node) releaseConn(p peer.ID, keep int) bool {
+	if len(n.host.Network().Peers()) <= keep || n.host.ConnManager().IsProtected(p, "") {
+		return false
 	}
 	n.host.Network().ClosePeer(p)
-	n.callConnsClosed.Add(1)
+	return true
 }
 
 func (n *Node) callID() string {

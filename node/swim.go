@@ -76,6 +76,17 @@ func (n *Node) swimConfig() swim.Config {
 		return sig
 	}
 	c.Verify = n.verifySwim
+	// Gossip rides the connections this node holds: to random members it
+	// would dial every member within seconds of a change, which at start
+	// is every node dialling every other at once.
+	c.Neighbours = func() []string {
+		peers := n.host.Network().Peers()
+		out := make([]string, len(peers))
+		for i, p := range peers {
+			out[i] = string(p)
+		}
+		return out
+	}
 	return c
 }
 
@@ -241,18 +252,16 @@ func (t swimTransport) PingReq(ctx context.Context, via, target string, m swim.M
 }
 
 // swimExchange sends one frame to p and reads the answer. A connection
-// opened for it is closed after, as a call's is (releaseCallConn): a
-// probe round of a large fleet touches every member.
+// opened for it is closed after unless the node holds fewer than
+// TargetPeers peers: a probe round touches every member, and keeping each
+// connection it opened made every agent connected to every other (the
+// connection manager trims only past ConnHigh, a minute later).
 func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.Message, error) {
-	fresh := !n.isConnected(p)
-	if fresh {
-		defer n.releaseCallConn(p)
-		// Members count (see swimMember): their records' addresses are
-		// safe to dial, and a probe of a node this one never connected to
-		// has no others.
-		if rec, ok := n.nodeNamed(p); ok && len(n.host.Peerstore().Addrs(p)) == 0 {
-			n.learnAddrs(p, rec.Addrs[:min(len(rec.Addrs), maxRecordAddrs)])
-		}
+	if !n.isConnected(p) {
+		defer n.releaseConn(p, n.cfg.TargetPeers)
+		// A probe of a node this one never connected to has only its
+		// record's addresses (members count: see swimMember).
+		n.learnRecordAddrs(p)
 	}
 	s, err := n.host.NewStream(ctx, p, SwimProtocol)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -32,9 +33,11 @@ type Detector struct {
 	tr       Transport
 	onChange func([]Change)
 
-	mu    sync.Mutex
-	m     *Members
-	batch uint64 // batches of changes the core made (under mu)
+	mu      sync.Mutex
+	m       *Members
+	batch   uint64    // batches of changes the core made (under mu)
+	probes  uint64    // probes begun (under mu): every FarProbeEvery-th goes to the round
+	farTold time.Time // when a suspect that is not a neighbour was last told (under mu)
 
 	// Changes reach onChange one batch at a time, in the order the core
 	// made them (a suspect is never told after its dead): a batch waits
@@ -132,8 +135,19 @@ func (d *Detector) receive(m Message) {
 // score, and the outcome moves it (Lifeguard's awareness): a node that
 // cannot get answers itself waits longer before it accuses anyone.
 func (d *Detector) probe(ctx context.Context) {
+	var near []string
+	if d.cfg.Neighbours != nil {
+		near = d.cfg.Neighbours() // outside the lock: it asks the transport
+	}
 	d.mu.Lock()
-	target, ok := d.m.NextProbe()
+	d.probes++
+	var target string
+	var ok bool
+	if d.cfg.Neighbours != nil && d.probes%uint64(d.cfg.FarProbeEvery) != 0 {
+		target, ok = d.m.NextProbeNear(near)
+	} else {
+		target, ok = d.m.NextProbe()
+	}
 	timeout, interval := d.m.Scale(d.cfg.ProbeTimeout), d.m.Scale(d.cfg.ProbeInterval)
 	d.mu.Unlock()
 	if !ok {
@@ -148,7 +162,7 @@ func (d *Detector) probe(ctx context.Context) {
 		return
 	}
 	d.mu.Lock()
-	vias := d.m.Random(d.cfg.IndirectChecks, false, target)
+	vias := d.helpers(near, target)
 	d.mu.Unlock()
 	ictx, cancel := context.WithTimeout(ctx, interval-timeout)
 	defer cancel()
@@ -190,20 +204,35 @@ func (d *Detector) health(delta int) {
 }
 
 // gossip ends the suspicions whose time ran out and, while there are
-// changes to spread, sends them to GossipNodes random members; and it
-// tells one member this node suspects, at random, of the suspicion, so
-// that it refutes it if it can (its gossip may have been lost while the
-// fleet was too busy, as in a start-up storm).
+// changes to spread, sends them to GossipNodes random members (of the
+// neighbours, if Config.Neighbours names some); and it tells one member
+// this node suspects, at random, of the suspicion, so that it refutes it
+// if it can (its gossip may have been lost while the fleet was too busy,
+// as in a start-up storm). With Neighbours set, a suspect that is not a
+// neighbour is told at most once a probe interval: the word may cost a
+// connection, and a busy fleet suspects the most.
 func (d *Detector) gossip(ctx context.Context) {
 	now := time.Now()
 	d.with(func(m *Members) []Change { return m.Tick(now) })
 	d.mu.Lock()
+	pending, suspects := d.m.Pending(), d.m.Suspects() > 0
+	d.mu.Unlock()
+	var near []string
+	if (pending || suspects) && d.cfg.Neighbours != nil {
+		near = d.cfg.Neighbours() // outside the lock: it asks the transport
+	}
+	d.mu.Lock()
 	var to []string
-	if d.m.Pending() {
-		to = d.m.Random(d.cfg.GossipNodes, true)
+	if pending {
+		to = d.gossipTargets(near)
 	}
 	if s, ok := d.m.RandomSuspect(); ok && !contains(to, s) {
-		to = append(to, s)
+		if d.cfg.Neighbours == nil || slices.Contains(near, s) || now.Sub(d.farTold) >= d.cfg.ProbeInterval {
+			to = append(to, s)
+			if d.cfg.Neighbours != nil && !slices.Contains(near, s) {
+				d.farTold = now
+			}
+		}
 	}
 	d.mu.Unlock()
 	for _, node := range to {
@@ -219,6 +248,34 @@ func (d *Detector) gossip(ctx context.Context) {
 			}
 		}()
 	}
+}
+
+// helpers is whom to ask to probe target: IndirectChecks alive members,
+// of the neighbours if Config.Neighbours is set and enough of them are
+// members. Called under mu.
+func (d *Detector) helpers(near []string, target string) []string {
+	if d.cfg.Neighbours != nil {
+		near = slices.DeleteFunc(slices.Clone(near), func(n string) bool {
+			st, _, _ := d.m.State(n)
+			return n == target || st != Alive
+		})
+		if vias := d.m.RandomOf(d.cfg.IndirectChecks, near); len(vias) == d.cfg.IndirectChecks {
+			return vias
+		}
+	}
+	return d.m.Random(d.cfg.IndirectChecks, false, target)
+}
+
+// gossipTargets is whom changes go to this round: GossipNodes of the
+// neighbours, or of all members if there are no neighbours to ask or none
+// is a member. Called under mu.
+func (d *Detector) gossipTargets(near []string) []string {
+	if d.cfg.Neighbours != nil {
+		if to := d.m.RandomOf(d.cfg.GossipNodes, near); len(to) > 0 {
+			return to
+		}
+	}
+	return d.m.Random(d.cfg.GossipNodes, true)
 }
 
 // HandlePing answers a probe (or gossip) from node from.

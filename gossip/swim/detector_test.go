@@ -3,11 +3,14 @@ package swim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // noTransport answers nothing: the test below drives the detector only
@@ -72,6 +75,124 @@ func TestChangesDeliveredInOrder(t *testing.T) {
 			if seen[i-1] == Dead && seen[i] == Suspect {
 				t.Fatalf("round %d: delivered %v: suspect after dead", round, seen)
 			}
+		}
+	}
+}
+
+// pingLog answers every ping and notes whom it went to.
+type pingLog struct {
+	mu sync.Mutex
+	to []string
+}
+
+func (p *pingLog) Ping(_ context.Context, node string, _ Message) (Message, error) {
+	p.mu.Lock()
+	p.to = append(p.to, node)
+	p.mu.Unlock()
+	return Message{}, nil
+}
+
+func (p *pingLog) PingReq(context.Context, string, string, Message) (Message, error) {
+	return Message{}, errors.New("not used")
+}
+
+func (p *pingLog) sent() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.to)
+}
+
+// TestGossipGoesToNeighbours: with Config.Neighbours, changes go only to
+// the neighbours that are members (not to the other 17 members, which a
+// transport would have to dial), and to any member when no neighbour is
+// one; without it, to members at random.
+func TestGossipGoesToNeighbours(t *testing.T) {
+	members := []string{}
+	for i := range 20 {
+		members = append(members, fmt.Sprintf("m%02d", i))
+	}
+	run := func(neighbours []string, set bool) map[string]int {
+		t.Helper()
+		var tr pingLog
+		cfg := Config{Self: "self"}
+		if set {
+			cfg.Neighbours = func() []string { return neighbours }
+		}
+		d, err := New(cfg, &tr, rand.New(rand.NewPCG(3, 4)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range members {
+			d.Add(m)
+		}
+		got := map[string]int{}
+		for range 50 {
+			d.Announce(1) // a change to spread
+			d.gossip(context.Background())
+			// The sends run on their own goroutines: wait for this round's.
+			for deadline := time.Now().Add(5 * time.Second); len(tr.sent()) < 3 && time.Now().Before(deadline); {
+				runtime.Gosched()
+			}
+			for _, n := range tr.sent() {
+				got[n]++
+			}
+			tr.mu.Lock()
+			tr.to = nil
+			tr.mu.Unlock()
+		}
+		return got
+	}
+	near := []string{"m03", "m07", "m11", "stranger"}
+	got := run(near, true)
+	if len(got) != 3 || got["m03"] == 0 || got["m07"] == 0 || got["m11"] == 0 {
+		t.Fatalf("with neighbours m03, m07, m11 (and a stranger): gossip went to %v", got)
+	}
+	if got := run([]string{"stranger"}, true); len(got) < 10 {
+		t.Fatalf("with no neighbour a member: gossip went to %v, want members at random", got)
+	}
+	if got := run(nil, false); len(got) < 10 {
+		t.Fatalf("without Neighbours: gossip went to %v, want members at random", got)
+	}
+}
+
+// TestProbesStayWithNeighbours: with Config.Neighbours, one probe in
+// FarProbeEvery goes to the round over all members, the others to
+// neighbours; a failed probe asks neighbours to help.
+func TestProbesStayWithNeighbours(t *testing.T) {
+	var tr pingLog
+	near := []string{"m01", "m02", "m03", "m04", "m05"}
+	cfg := Config{Self: "self", FarProbeEvery: 4, Neighbours: func() []string { return near }}
+	d, err := New(cfg, &tr, rand.New(rand.NewPCG(5, 6)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		d.Add(fmt.Sprintf("m%02d", i+1))
+	}
+	for range 40 {
+		d.probe(context.Background())
+	}
+	far := 0
+	for _, to := range tr.sent() {
+		if !slices.Contains(near, to) {
+			far++
+		}
+	}
+	// Every 4th probe is the round's: 10, of which about 1 in 8 lands on
+	// a neighbour anyway.
+	if far < 6 || far > 10 {
+		t.Fatalf("%d of 40 probes left the neighbours, want every 4th at most (%v)", far, tr.sent())
+	}
+
+	d.mu.Lock()
+	vias := d.helpers(near, "m03")
+	d.mu.Unlock()
+	if len(vias) != 3 || slices.Contains(vias, "m03") {
+		t.Fatalf("helpers for m03 = %v, want 3 other neighbours", vias)
+	}
+	for _, v := range vias {
+		if !slices.Contains(near, v) {
+			t.Fatalf("helper %s is not a neighbour (%v)", v, vias)
 		}
 	}
 }

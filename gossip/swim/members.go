@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -66,6 +67,25 @@ type Config struct {
 	// (piggybacking alone would wait for probes).
 	GossipInterval time.Duration
 	GossipNodes    int
+	// Neighbours, if set, names the members this node reaches without
+	// setting anything up (over a connection it holds). Gossip goes to
+	// them, and to others only when none of them is a member: on a
+	// transport whose messages ride connections, gossip to random members
+	// would open one to every member within seconds of a change (a
+	// start-up storm of handshakes), while an epidemic over the
+	// connections a node holds reaches everyone as fast. Probes, and the
+	// word to a suspect that it is suspected, go to whoever they must.
+	// Probes follow it too (see FarProbeEvery), and so do the helpers of
+	// an indirect probe. It must be safe for concurrent use and cheap
+	// (every probe, and every GossipInterval while there are changes to
+	// spread).
+	Neighbours func() []string
+	// FarProbeEvery, with Neighbours set: one probe in FarProbeEvery goes
+	// to the next member of the round over all members (SWIM's, which
+	// may cost a connection), the others to a neighbour at random. A
+	// member none holds a connection to is still probed by someone every
+	// few rounds.
+	FarProbeEvery int
 	// MaxPiggyback caps the updates in one message (the others wait);
 	// MaxUpdates caps what a received message may hold.
 	MaxPiggyback, MaxUpdates int
@@ -98,6 +118,7 @@ func DefaultConfig() Config {
 		MaxPiggyback:     16,
 		MaxUpdates:       64,
 		AwarenessMax:     8,
+		FarProbeEvery:    8,
 	}
 }
 
@@ -124,6 +145,7 @@ func (c Config) withDefaults() Config {
 	set(&c.MaxPiggyback, d.MaxPiggyback)
 	set(&c.MaxUpdates, d.MaxUpdates)
 	set(&c.AwarenessMax, d.AwarenessMax)
+	set(&c.FarProbeEvery, d.FarProbeEvery)
 	return c
 }
 
@@ -277,6 +299,16 @@ func (m *Members) NextProbe() (string, bool) {
 		m.next = 0
 	}
 	return "", false
+}
+
+// NextProbeNear is the member to probe now on a probe that stays with
+// the neighbours (see Config.FarProbeEvery): a neighbour at random, else
+// the next of the round.
+func (m *Members) NextProbeNear(near []string) (string, bool) {
+	if to := m.RandomOf(1, near); len(to) == 1 {
+		return to[0], true
+	}
+	return m.NextProbe()
 }
 
 // Random is up to k alive members (and suspect ones too, if suspects)
@@ -462,6 +494,25 @@ func (m *Members) Tick(now time.Time) []Change {
 	}
 	return m.Apply(dead, now)
 }
+
+// RandomOf is up to k of the nodes among, at random, that are members
+// alive or suspect (not this node).
+func (m *Members) RandomOf(k int, among []string) []string {
+	among = slices.Clone(among)
+	var out []string
+	for i := 0; i < len(among) && len(out) < k; i++ {
+		j := i + m.rng.IntN(len(among)-i)
+		among[i], among[j] = among[j], among[i]
+		mb := m.members[among[i]]
+		if mb != nil && (mb.state == Alive || mb.state == Suspect) && !contains(out, among[i]) {
+			out = append(out, among[i])
+		}
+	}
+	return out
+}
+
+// Suspects is how many members are under suspicion.
+func (m *Members) Suspects() int { return len(m.suspect) }
 
 // RandomSuspect is one of the members this node suspects, at random.
 func (m *Members) RandomSuspect() (string, bool) {

@@ -307,3 +307,63 @@ func TestLocalHealth(t *testing.T) {
 		t.Fatalf("health %d after refuting a suspicion, want 1", m.Health())
 	}
 }
+
+// TestRandomOf: only members alive or suspect among the candidates, never
+// this node, each at most once, at most k; and every candidate that
+// qualifies comes up over many draws.
+func TestRandomOf(t *testing.T) {
+	m := newTestMembers("a", "b", "c", "d", "e", "f")
+	m.ProbeFailed("c", t0) // suspect: still gossiped to
+	m.Apply([]Update{{Node: "d", State: Dead, Incarnation: 0, From: "b"}}, t0)
+	among := []string{"a", "b", "c", "d", "x", "b", "e"}
+	seen := map[string]int{}
+	for range 200 {
+		got := m.RandomOf(2, among)
+		if len(got) != 2 {
+			t.Fatalf("RandomOf(2) = %v, want 2 of b, c, e", got)
+		}
+		if got[0] == got[1] {
+			t.Fatalf("RandomOf(2) = %v: a node twice", got)
+		}
+		for _, n := range got {
+			seen[n]++
+		}
+	}
+	for n := range seen {
+		if n != "b" && n != "c" && n != "e" {
+			t.Fatalf("picked %q: not a member alive or suspect (seen %v)", n, seen)
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("seen %v, want each of b, c, e", seen)
+	}
+	if got := m.RandomOf(3, []string{"a", "d", "x"}); len(got) != 0 {
+		t.Fatalf("RandomOf of no member = %v, want none", got)
+	}
+	if !slices.Equal(among, []string{"a", "b", "c", "d", "x", "b", "e"}) {
+		t.Fatalf("RandomOf reordered its argument: %v", among)
+	}
+}
+
+// TestNextProbeNear: a neighbour that is a live member, else the round's
+// next.
+func TestNextProbeNear(t *testing.T) {
+	m := newTestMembers("a", "b", "c", "d", "e")
+	m.Apply([]Update{{Node: "e", State: Dead, From: "b"}}, t0)
+	for range 20 {
+		if got, _ := m.NextProbeNear([]string{"b", "e", "x"}); got != "b" {
+			t.Fatalf("NextProbeNear = %q, want the one live neighbour b", got)
+		}
+	}
+	seen := map[string]bool{}
+	for range 4 {
+		got, ok := m.NextProbeNear([]string{"x", "e"})
+		if !ok || got == "e" || got == "x" {
+			t.Fatalf("NextProbeNear with no neighbour a live member = %q, %v: want the round's next", got, ok)
+		}
+		seen[got] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("the round without neighbours: %v, want b, c, d", seen)
+	}
+}

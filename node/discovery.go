@@ -27,12 +27,42 @@ const emptyTableRecheck = time.Second
 // many discovery intervals of the start (a minute by default), at random.
 const advertiseSpread = 6
 
+// advertisers is about how many nodes of a fleet advertise under the
+// rendezvous key each AdvertiseInterval: a node that looks the fleet up
+// there needs a few of it (the records bring the rest), and every
+// advertisement is a walk to the key's nearest nodes, which take one
+// record from each: with every node of 5,000 advertising, those 20 would
+// serve 8 a second and the fleet would walk the DHT 8 times a second.
+// Provider records last 48 hours, so the set of nodes found grows past
+// this with the rounds.
+const advertisers = 16
+
+// advertiseChance is the chance that a node of a fleet of n nodes
+// advertises in a round: every node of a small fleet, about advertisers
+// of a large one.
+func advertiseChance(n int) float64 {
+	if n <= advertisers {
+		return 1
+	}
+	return float64(advertisers) / float64(n)
+}
+
 // maxParallelDials bounds the dials one discovery round makes at once.
 const maxParallelDials = 8
 
 // mdnsServiceName derives the mDNS service from the cluster, so clusters on
 // one LAN do not find each other.
 func mdnsServiceName(cluster string) string { return "_tribe-" + cluster + "._udp" }
+
+// shortFor is how long the discovery loop has found the node short of
+// peers (0 if it is not).
+func (n *Node) shortFor() time.Duration {
+	since := n.shortSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Duration(n.now().UnixNano() - since)
+}
 
 // rendezvous is the DHT key under which the nodes of a cluster find each other.
 func rendezvous(cluster string) string { return "tribe/" + cluster }
@@ -149,7 +179,13 @@ func (n *Node) discoveryLoop() {
 	for {
 		// Advertising is a DHT walk that a loaded node can wait a minute
 		// for: it runs beside the loop, one at a time, never in its way.
-		if tableSize() > 0 && n.now().UnixNano() >= nextAdvertise.Load() && advertising.CompareAndSwap(false, true) {
+		// Of a large fleet only about advertisers nodes a round do.
+		due := tableSize() > 0 && n.now().UnixNano() >= nextAdvertise.Load()
+		if due && n.float() >= advertiseChance(len(n.replica.Prefix(nodesPrefix))) {
+			nextAdvertise.Store(n.now().Add(n.cfg.AdvertiseInterval).UnixNano())
+			due = false
+		}
+		if due && advertising.CompareAndSwap(false, true) {
 			n.spawn(func() {
 				defer advertising.Store(false)
 				ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
@@ -175,10 +211,11 @@ func (n *Node) discoveryLoop() {
 		if need := n.cfg.TargetPeers - len(n.ConnectedPeers()); need > 0 {
 			n.dialAll(n.recordPeers(need), false)
 		}
-		// The DHT only if the records did not do: a lookup dials the
-		// peers on its way to the key, and every node of a fleet that
-		// starts at once would make one.
-		if short && len(n.ConnectedPeers()) < n.cfg.TargetPeers && tableSize() > 0 {
+		// The DHT only if the records did not do, this round or the one
+		// before (a node that just met its first peer has its records a
+		// moment later): a lookup dials the peers on its way to the key,
+		// and every node of a fleet that starts at once would make one.
+		if short && n.shortFor() >= n.cfg.DiscoveryInterval && len(n.ConnectedPeers()) < n.cfg.TargetPeers && tableSize() > 0 {
 			n.findPeers(disc, ns)
 		}
 		wait := n.cfg.DiscoveryInterval

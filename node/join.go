@@ -173,8 +173,7 @@ func (n *Node) joinDue(j *join) bool {
 	if sheds == 0 {
 		return true
 	}
-	since := n.shortSince.Load()
-	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers || since == 0 || n.now().UnixNano()-since < int64(n.cfg.DiscoveryInterval) {
+	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers || n.shortFor() < n.cfg.DiscoveryInterval {
 		return false
 	}
 	return n.now().Sub(at) >= backoff(sheds, n.cfg.BackoffMin, n.cfg.BackoffMax, 0.5)

@@ -230,6 +230,15 @@ func (n *Node) WatchTask(ctx context.Context, name string, emit func(*api.TaskRu
 			wg.Go(func() {
 				if err := n.watchMember(ctx, t, key, runs); err != nil && ctx.Err() == nil {
 					n.log.Debug("task watch", "member", t.id, "err", err)
+					// A member that refused (and counted it) or could not
+					// be reached is asked again after watchRetry, not at
+					// every recheck.
+					retry := time.NewTimer(watchRetry)
+					select {
+					case <-ctx.Done():
+					case <-retry.C:
+					}
+					retry.Stop()
 				}
 				mu.Lock()
 				delete(watching, t.id)
@@ -259,8 +268,11 @@ func (n *Node) WatchTask(ctx context.Context, name string, emit func(*api.TaskRu
 }
 
 // watchRecheck is how often a task watch looks for members it does not
-// watch yet.
-const watchRecheck = time.Second
+// watch yet; watchRetry how long it leaves a member whose stream failed.
+const (
+	watchRecheck = time.Second
+	watchRetry   = 5 * time.Second
+)
 
 // watchMember streams one member's runs of key into runs.
 func (n *Node) watchMember(ctx context.Context, t callTarget, key string, runs chan<- api.TaskRun) error {

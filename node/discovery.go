@@ -54,14 +54,13 @@ const maxParallelDials = 8
 // one LAN do not find each other.
 func mdnsServiceName(cluster string) string { return "_tribe-" + cluster + "._udp" }
 
-// shortFor is how long the discovery loop has found the node short of
-// peers (0 if it is not).
-func (n *Node) shortFor() time.Duration {
+// shortARound reports whether the discovery loop found the node short of
+// peers at its previous round too (records and remembered peers tried):
+// for at least half an interval, since the loop's waits are 0.8 to 1.2
+// intervals, so that the second round short, not the third, counts.
+func (n *Node) shortARound() bool {
 	since := n.shortSince.Load()
-	if since == 0 {
-		return 0
-	}
-	return time.Duration(n.now().UnixNano() - since)
+	return since != 0 && time.Duration(n.now().UnixNano()-since) >= n.cfg.DiscoveryInterval/2
 }
 
 // rendezvous is the DHT key under which the nodes of a cluster find each other.
@@ -215,7 +214,7 @@ func (n *Node) discoveryLoop() {
 		// before (a node that just met its first peer has its records a
 		// moment later): a lookup dials the peers on its way to the key,
 		// and every node of a fleet that starts at once would make one.
-		if short && n.shortFor() >= n.cfg.DiscoveryInterval && len(n.ConnectedPeers()) < n.cfg.TargetPeers && tableSize() > 0 {
+		if short && n.shortARound() && len(n.ConnectedPeers()) < n.cfg.TargetPeers && tableSize() > 0 {
 			n.findPeers(disc, ns)
 		}
 		wait := n.cfg.DiscoveryInterval

@@ -173,7 +173,7 @@ func (n *Node) joinDue(j *join) bool {
 	if sheds == 0 {
 		return true
 	}
-	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers || n.shortFor() < n.cfg.DiscoveryInterval {
+	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers || !n.shortARound() {
 		return false
 	}
 	return n.now().Sub(at) >= backoff(sheds, n.cfg.BackoffMin, n.cfg.BackoffMax, 0.5)

@@ -196,3 +196,130 @@ func TestProbesStayWithNeighbours(t *testing.T) {
 		}
 	}
 }
+
+// TestFarSuspectsToldFirstHand: a suspect that is a neighbour is told of
+// the suspicion whoever raised it; one this node holds no connection to
+// only if this node's own probe failed (a word to it costs a connection),
+// at most one a ProbeInterval.
+func TestFarSuspectsToldFirstHand(t *testing.T) {
+	var tr pingLog
+	near := []string{"m01"}
+	cfg := Config{Self: "self", Neighbours: func() []string { return near }}
+	d, err := New(cfg, &tr, rand.New(rand.NewPCG(7, 8)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"m01", "m02", "m03", "m04"} {
+		d.Add(m)
+	}
+	now := time.Now()
+	d.with(func(m *Members) []Change { return m.ProbeFailed("m02", now) }) // first hand
+	d.receive(Message{Updates: []Update{
+		{Node: "m03", State: Suspect, Incarnation: 0, From: "m04"}, // hearsay, far
+		{Node: "m01", State: Suspect, Incarnation: 0, From: "m04"}, // hearsay, a neighbour
+	}})
+	if !d.m.SuspectsFirstHand("m02") || d.m.SuspectsFirstHand("m03") {
+		t.Fatal("SuspectsFirstHand: want m02 (own probe failed), not m03 (heard of)")
+	}
+	told := map[string]int{}
+	for range 40 {
+		d.mu.Lock()
+		d.farTold = time.Time{} // a probe interval has passed
+		d.mu.Unlock()
+		d.gossip(context.Background())
+		for deadline := time.Now().Add(5 * time.Second); len(tr.sent()) == 0 && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+		time.Sleep(time.Millisecond) // the round's other sends
+		for _, n := range tr.sent() {
+			told[n]++
+		}
+		tr.mu.Lock()
+		tr.to = nil
+		tr.mu.Unlock()
+	}
+	if told["m02"] == 0 || told["m01"] == 0 {
+		t.Fatalf("told %v: want the far first-hand suspect m02 and the neighbour m01", told)
+	}
+	if told["m03"] != 0 || told["m04"] != 0 {
+		t.Fatalf("told %v: a far suspect only heard of (m03), or a far member (m04), was dialled", told)
+	}
+
+	// Once a probe interval: a round right after telling a far suspect
+	// tells none.
+	d.mu.Lock()
+	d.farTold = time.Now()
+	d.mu.Unlock()
+	for range 20 {
+		d.gossip(context.Background())
+	}
+	time.Sleep(10 * time.Millisecond)
+	if slices.Contains(tr.sent(), "m02") {
+		t.Fatalf("a far suspect was told twice within a probe interval: %v", tr.sent())
+	}
+}
+
+// connectLog is a pingLog that is a Connector: it records each Connect
+// with the time it was given, and each release.
+type connectLog struct {
+	pingLog
+	mu       sync.Mutex
+	connects []string
+	budgets  []time.Duration
+	released []string
+}
+
+func (c *connectLog) Connect(ctx context.Context, node string) (func(), error) {
+	dl, _ := ctx.Deadline()
+	c.mu.Lock()
+	c.connects, c.budgets = append(c.connects, node), append(c.budgets, time.Until(dl))
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.released = append(c.released, node)
+		c.mu.Unlock()
+	}, nil
+}
+
+// TestFarProbeConnectsFirst: a probe of a member that is not a neighbour
+// opens the connection first, with a probe interval of its own (not the
+// probe's timeout), and releases it after; probes of neighbours open
+// nothing.
+func TestFarProbeConnectsFirst(t *testing.T) {
+	var tr connectLog
+	near := []string{"m01", "m02"}
+	cfg := Config{Self: "self", FarProbeEvery: 2, ProbeInterval: time.Second, ProbeTimeout: 100 * time.Millisecond,
+		Neighbours: func() []string { return near }}
+	d, err := New(cfg, &tr, rand.New(rand.NewPCG(9, 10)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		d.Add(fmt.Sprintf("m%02d", i+1))
+	}
+	for range 16 {
+		d.probe(context.Background())
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.connects) < 4 {
+		t.Fatalf("connects %v: want the far probes (every 2nd of 16, most not to a neighbour) to connect first", tr.connects)
+	}
+	for i, n := range tr.connects {
+		if slices.Contains(near, n) {
+			t.Fatalf("connected to neighbour %s", n)
+		}
+		if tr.budgets[i] <= cfg.ProbeTimeout {
+			t.Fatalf("connect to %s had %v, want more than the probe timeout (%v)", n, tr.budgets[i], cfg.ProbeTimeout)
+		}
+	}
+	if !slices.Equal(tr.connects, tr.released) {
+		t.Fatalf("connected %v, released %v: want each released after its probe", tr.connects, tr.released)
+	}
+	sent := tr.sent()
+	for _, n := range tr.connects {
+		if !slices.Contains(sent, n) {
+			t.Fatalf("connected to %s but never probed it (%v)", n, sent)
+		}
+	}
+}

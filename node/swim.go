@@ -251,21 +251,6 @@ func (t swimTransport) PingReq(ctx context.Context, via, target string, m swim.M
 	return t.n.swimExchange(ctx, peer.ID(via), swim.Frame{Kind: swim.KindPingReq, Target: target, Msg: m})
 }
 
-// Connect opens a connection to a member ahead of a probe (see
-// swim.Connector); release closes it after unless the node holds fewer
-// than TargetPeers peers.
-func (t swimTransport) Connect(ctx context.Context, node string) (func(), error) {
-	n, p := t.n, peer.ID(node)
-	if n.isConnected(p) {
-		return func() {}, nil
-	}
-	n.learnRecordAddrs(p)
-	if err := n.host.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
-		return nil, err
-	}
-	return func() { n.releaseConn(p, n.cfg.TargetPeers) }, nil
-}
-
 // swimExchange sends one frame to p and reads the answer. A connection
 // opened for it is closed after unless the node holds fewer than
 // TargetPeers peers: a probe round touches every member, and keeping each

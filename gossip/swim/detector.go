@@ -21,20 +21,6 @@ type Transport interface {
 	PingReq(ctx context.Context, via, target string, m Message) (Message, error)
 }
 
-// Connector is a Transport over connections that cost time to open (a
-// handshake): Connect opens one to node ahead of a probe of a member this
-// node holds no connection to, so that the handshake does not count
-// against the probe's timeout, and returns what closes it after the probe
-// (a no-op if there was one already). Over UDP, memberlist's, there is
-// nothing to open; over libp2p a handshake takes milliseconds of CPU on
-// both ends, and on a loaded host more than a probe timeout: every probe
-// of a far member then failed, raised a suspicion and sent helpers to
-// dial it too, which loaded the hosts further (100 agents on two cores
-// never settled).
-type Connector interface {
-	Connect(ctx context.Context, node string) (release func(), err error)
-}
-
 // ErrNack is a helper's answer to a ping-req that the target did not
 // answer it either.
 var ErrNack = errors.New("swim: the helper heard nothing from the target either")
@@ -167,15 +153,6 @@ func (d *Detector) probe(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if c, ok := d.tr.(Connector); ok && d.cfg.Neighbours != nil && !slices.Contains(near, target) {
-		// A far member: the connection gets a probe interval of its own.
-		cctx, cancel := context.WithTimeout(ctx, interval)
-		release, err := c.Connect(cctx, target)
-		cancel()
-		if err == nil {
-			defer release()
-		}
-	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	ack, err := d.tr.Ping(pctx, target, d.message(target))
 	cancel()
@@ -232,9 +209,8 @@ func (d *Detector) health(delta int) {
 // this node suspects, at random, of the suspicion, so that it refutes it
 // if it can (its gossip may have been lost while the fleet was too busy,
 // as in a start-up storm). With Neighbours set, a suspect that is not a
-// neighbour is told only by a node whose own probe of it failed, at most
-// once a probe interval: the word costs a connection, and a busy fleet
-// suspects the most.
+// neighbour is told at most once a probe interval: the word may cost a
+// connection, and a busy fleet suspects the most.
 func (d *Detector) gossip(ctx context.Context) {
 	now := time.Now()
 	d.with(func(m *Members) []Change { return m.Tick(now) })
@@ -250,19 +226,12 @@ func (d *Detector) gossip(ctx context.Context) {
 	if pending {
 		to = d.gossipTargets(near)
 	}
-	// Had every node that heard of a suspicion dialled the suspect, a
-	// start-up storm's suspicions (nodes too busy to answer in time) made
-	// each node open a connection a second, which kept them busy: 100
-	// agents on two cores never settled. The others' word reaches it
-	// through its neighbours and whoever probes it (PiggybackTo).
-	farOK := now.Sub(d.farTold) >= d.cfg.ProbeInterval
-	s, ok := d.m.RandomSuspect(func(s string) bool {
-		return !contains(to, s) && (d.cfg.Neighbours == nil || slices.Contains(near, s) || farOK && d.m.SuspectsFirstHand(s))
-	})
-	if ok {
-		to = append(to, s)
-		if d.cfg.Neighbours != nil && !slices.Contains(near, s) {
-			d.farTold = now
+	if s, ok := d.m.RandomSuspect(); ok && !contains(to, s) {
+		if d.cfg.Neighbours == nil || slices.Contains(near, s) || now.Sub(d.farTold) >= d.cfg.ProbeInterval {
+			to = append(to, s)
+			if d.cfg.Neighbours != nil && !slices.Contains(near, s) {
+				d.farTold = now
+			}
 		}
 	}
 	d.mu.Unlock()

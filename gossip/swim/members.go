@@ -514,28 +514,16 @@ func (m *Members) RandomOf(k int, among []string) []string {
 // Suspects is how many members are under suspicion.
 func (m *Members) Suspects() int { return len(m.suspect) }
 
-// RandomSuspect is one of the members this node suspects for which ok
-// holds (any, if ok is nil), at random.
-func (m *Members) RandomSuspect(ok func(node string) bool) (string, bool) {
+// RandomSuspect is one of the members this node suspects, at random.
+func (m *Members) RandomSuspect() (string, bool) {
 	pick, seen := "", 0
 	for node := range m.suspect {
-		if ok != nil && !ok(node) {
-			continue
-		}
 		seen++
 		if m.rng.IntN(seen) == 0 {
 			pick = node
 		}
 	}
 	return pick, seen > 0
-}
-
-// SuspectsFirstHand reports whether this node suspects node because a
-// probe of its own failed (it raised or confirmed the suspicion), not
-// only because others said so.
-func (m *Members) SuspectsFirstHand(node string) bool {
-	mb := m.members[node]
-	return mb != nil && mb.state == Suspect && mb.susp != nil && mb.susp.from[m.cfg.Self]
 }
 
 // Pending reports whether there are changes left to spread.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -170,7 +171,7 @@ func startSerf(b *testing.B, serf string, n int, extra func(i int) []string) (*s
 	var start time.Time
 	for i := range n {
 		bind := fmt.Sprintf("127.0.0.1:%d", freeTCPAndUDPPort(b))
-		rpc := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+		rpc := fmt.Sprintf("127.0.0.1:%d", freeTCPAndUDPPort(b))
 		args := []string{"agent", "-node", fmt.Sprintf("s%d", i), "-bind", bind, "-rpc-addr", rpc, "-log-level", "warn"}
 		if i > 0 {
 			args = append(args, "-join", seed)
@@ -208,16 +209,41 @@ func startSerf(b *testing.B, serf string, n int, extra func(i int) []string) (*s
 // TCP and UDP, as a serf agent's bind needs (agents' QUIC listeners take
 // UDP ports that freePort does not see).
 func freeTCPAndUDPPort(b *testing.B) int {
-	for range 100 {
-		port := freePort(b)
+	for range 1000 {
+		port := nextLowPort()
+		t, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
 		c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		t.Close()
 		if err == nil {
 			c.Close()
 			return port
 		}
 	}
-	b.Fatal("no port free for both TCP and UDP in 100 tries")
+	b.Fatal("no port free for both TCP and UDP in 1,000 tries")
 	return 0
+}
+
+// lowPorts hands out ports below Linux's ephemeral range (32768 and
+// up): a port the kernel picked (port 0) and that was free a moment ago
+// could be given again to any outgoing connection before serf bound it,
+// and 50 serf agents joining at once open many (seen: "address already
+// in use").
+var lowPorts = struct {
+	sync.Mutex
+	next int
+}{next: 20000 + rand.IntN(10000)}
+
+func nextLowPort() int {
+	lowPorts.Lock()
+	defer lowPorts.Unlock()
+	p := lowPorts.next
+	if lowPorts.next++; lowPorts.next >= 32000 {
+		lowPorts.next = 20000
+	}
+	return p
 }
 
 // waitAlive waits until every agent lists all n alive; an agent that

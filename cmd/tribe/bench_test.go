@@ -219,7 +219,8 @@ func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(nam
 	}
 	c := api.NewClient(filepath.Join(agents[0].dir, api.SocketName))
 	ctx := context.Background()
-	deadline := time.Now().Add(2 * time.Minute)
+	// Two minutes, and a second more per agent past 100.
+	deadline := time.Now().Add(2*time.Minute + time.Duration(max(0, n-100))*time.Second)
 	for {
 		nodes, err := c.Nodes(ctx, "")
 		pending := 0

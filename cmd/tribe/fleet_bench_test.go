@@ -1,16 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/tribeagent/tribe/node/api"
 )
 
 // BenchmarkFanOut200Agents: 200 agent processes on loopback (the first
@@ -37,40 +31,32 @@ func BenchmarkFanOut200Agents(b *testing.B) {
 		return map[string][]string{"all": all}
 	}, "--log-level", "warn")
 	caller := agents[0]
-	call := func(target ...string) time.Duration {
-		args := append([]string{"call", "--data-dir", caller.dir, "--json", "--timeout", "2m"}, target...)
-		cmd := exec.Command(tribeBin, append(args, "echo", "echo", `{"ping":1}`)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// call runs the tribe CLI's call to target and fails unless want
+	// targets answered ok; it returns the command's whole run.
+	call := func(want int, target ...string) time.Duration {
 		t0 := time.Now()
-		err := cmd.Run()
+		results, stderr, code := callLines(b, caller, append(append([]string{"--timeout", "2m"}, target...), "echo", "echo", `{"ping":1}`)...)
 		took := time.Since(t0)
 		ok := 0
-		sc := bufio.NewScanner(&stdout)
-		for sc.Scan() {
-			var r api.CallResult
-			if json.Unmarshal(sc.Bytes(), &r) == nil && r.OK {
+		for _, r := range results {
+			if r.OK {
 				ok++
 			}
 		}
-		want := n
-		if target[0] == "--node" {
-			want = 1
-		}
-		if err != nil || ok != want {
-			b.Fatalf("tribe call %v: %d of %d answered ok (%v)\n%s", target, ok, want, err, stderr.Bytes())
+		if code != 0 || ok != want {
+			b.Fatalf("tribe call %v: %d of %d answered ok (exit %d)\n%s", target, ok, want, code, stderr)
 		}
 		return took
 	}
 	all, one := []string{"--tribe", "all"}, []string{"--node", agents[n/2].name}
-	b.Logf("%d of %d answered the first fan-out in %v", n, n, call(all...))
+	b.Logf("%d of %d answered the first fan-out in %v", n, n, call(n, all...))
 	const rounds = 5
 	var fan, single []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		for range rounds {
-			single = append(single, call(one...))
-			fan = append(fan, call(all...))
+			single = append(single, call(1, one...))
+			fan = append(fan, call(n, all...))
 		}
 	}
 	b.StopTimer()

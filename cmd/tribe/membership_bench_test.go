@@ -205,9 +205,10 @@ func startSerf(b *testing.B, serf string, n int, extra func(i int) []string) (*s
 	return f, start
 }
 
-// freeTCPAndUDPPort returns a port free a moment ago on loopback for both
-// TCP and UDP, as a serf agent's bind needs (agents' QUIC listeners take
-// UDP ports that freePort does not see).
+// freeTCPAndUDPPort returns a port below the ephemeral range that was
+// free a moment ago on loopback for both TCP and UDP, as a serf agent's
+// bind needs (agents' QUIC listeners take UDP ports a TCP check does not
+// see).
 func freeTCPAndUDPPort(b *testing.B) int {
 	for range 1000 {
 		port := nextLowPort()
@@ -247,7 +248,7 @@ func nextLowPort() int {
 }
 
 // waitAlive waits until every agent lists all n alive; an agent that
-// ended (a port taken between freePort and its bind, say) fails the
+// ended (a port taken between freeTCPAndUDPPort and its bind, say) fails the
 // benchmark with its output.
 func (f *serfFleet) waitAlive(b *testing.B, n int) {
 	waitAll(b, n, "serf", func(i int) bool {

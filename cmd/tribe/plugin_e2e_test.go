@@ -50,7 +50,7 @@ func (a *agentProc) loadedIn(tribe string) int {
 
 // callLines runs `tribe call ... --json` and returns each node's result by
 // name, and the exit code.
-func callLines(t *testing.T, from *agentProc, args ...string) (map[string]api.CallResult, string, int) {
+func callLines(t testing.TB, from *agentProc, args ...string) (map[string]api.CallResult, string, int) {
 	t.Helper()
 	stdout, stderr, code := tribe(append([]string{"call", "--data-dir", from.dir, "--json"}, args...)...)
 	out := map[string]api.CallResult{}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,15 +65,39 @@ func shortTempDir(t testing.TB) string {
 	return dir
 }
 
-// freePort returns a TCP port that was free a moment ago on loopback.
+// freePort returns a TCP port that was free a moment ago on loopback,
+// below the ephemeral range (see lowPorts).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := nextLowPort()
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free TCP port on loopback between 20000 and 32000")
+	return 0
+}
+
+// lowPorts hands out ports below Linux's ephemeral range (32768 and
+// up): a port the kernel picked (port 0) and that was free a moment ago
+// could be given again to any outgoing connection before serf bound it,
+// and 50 serf agents joining at once open many (seen: "address already
+// in use").
+var lowPorts = struct {
+	sync.Mutex
+	next int
+}{next: 20000 + rand.IntN(10000)}
+
+func nextLowPort() int {
+	lowPorts.Lock()
+	defer lowPorts.Unlock()
+	p := lowPorts.next
+	if lowPorts.next++; lowPorts.next >= 32000 {
+		lowPorts.next = 20000
+	}
+	return p
 }
 
 // newAgent prepares an agent on loopback with mDNS off; extra args follow.
@@ -125,6 +151,18 @@ func (a *agentProc) kill() {
 	a.cmd.Process.Kill()
 	<-a.done
 	a.cmd.ProcessState = &os.ProcessState{} // mark as ended for later calls
+}
+
+// exited reports whether the agent's process has ended, and how,
+// without waiting for it.
+func (a *agentProc) exited() (error, bool) {
+	select {
+	case err := <-a.done:
+		a.done <- err // for kill and stop
+		return err, true
+	default:
+		return nil, false
+	}
 }
 
 // stop sends SIGTERM and returns the exit error.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -130,7 +129,16 @@ func tribeMembership(b *testing.B, n int) fleetCost {
 		}
 		return alive == n
 	}
-	waitAll(b, n, "tribe", func(i int) bool { return allAlive(agents[i]) })
+	waitAll(b, n, "tribe", func(i int) bool {
+		if err, ended := agents[i].exited(); ended {
+			b.Errorf("agent %s ended (%v):\n%s", agents[i].name, err, agents[i].log)
+			return true // waiting longer would not help
+		}
+		return allAlive(agents[i])
+	})
+	if b.Failed() {
+		b.FailNow()
+	}
 	conv := time.Since(start).Seconds()
 	pids := make([]int, n)
 	for i, a := range agents {
@@ -225,26 +233,6 @@ func freeTCPAndUDPPort(b *testing.B) int {
 	}
 	b.Fatal("no port free for both TCP and UDP in 1,000 tries")
 	return 0
-}
-
-// lowPorts hands out ports below Linux's ephemeral range (32768 and
-// up): a port the kernel picked (port 0) and that was free a moment ago
-// could be given again to any outgoing connection before serf bound it,
-// and 50 serf agents joining at once open many (seen: "address already
-// in use").
-var lowPorts = struct {
-	sync.Mutex
-	next int
-}{next: 20000 + rand.IntN(10000)}
-
-func nextLowPort() int {
-	lowPorts.Lock()
-	defer lowPorts.Unlock()
-	p := lowPorts.next
-	if lowPorts.next++; lowPorts.next >= 32000 {
-		lowPorts.next = 20000
-	}
-	return p
 }
 
 // waitAlive waits until every agent lists all n alive; an agent that

@@ -81,7 +81,7 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 	closers = append(closers, cm.Close)
 
 	bus := eventbus.NewBus()
-	sw, err := swarm.NewSwarm(id, ps, bus, swarm.WithResourceManager(rm))
+	sw, err := swarm.NewSwarm(id, ps, bus, swarm.WithResourceManager(rm), swarm.WithDialRanker(tcpFirst))
 	if err != nil {
 		return nil, fmt.Errorf("node: swarm: %w", err)
 	}

@@ -386,7 +386,9 @@ func (r *Replica) onTopicJoin(events *pubsub.TopicEventHandler) {
 			return
 		}
 		if ev.Type == pubsub.PeerJoin {
-			r.meshSince.CompareAndSwap(0, r.now().UnixNano())
+			if r.meshSince.CompareAndSwap(0, r.now().UnixNano()) {
+				r.spawn(r.pullWhileJoining)
+			}
 			r.spawn(r.publishUnsent)
 			r.spawn(func() { r.pull(ev.Peer) })
 		}
@@ -410,15 +412,53 @@ func (r *Replica) pullPeriodically() {
 	}
 }
 
-func (r *Replica) pull(p peer.ID) {
+// Pulls while a node joins (pullWhileJoining): joinPull apart, at most
+// maxJoinPulls.
+const (
+	joinPull     = 500 * time.Millisecond
+	maxJoinPulls = 20
+)
+
+// pullWhileJoining pulls from a random peer every joinPull from the moment
+// the first peer joins the topic until a pull at least unsentDelay later
+// brings nothing new, or maxJoinPulls were made. The pull on topic join
+// (onTopicJoin) brings what that peer held then, not the records of the
+// nodes that reach it after: when many nodes join one seed, or a fleet
+// starts at once, those came only with their authors' held publishes
+// (unsentDelay) and the meshes that had just formed, or the next periodic
+// pull. Measured with 20 agent processes joining one seed on loopback:
+// every agent listed all 20 alive 3.2 s after they started without these
+// pulls.
+func (r *Replica) pullWhileJoining() {
+	start := r.now()
+	t := time.NewTimer(joinPull)
+	defer t.Stop()
+	for range maxJoinPulls {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if p, ok := r.randomPeer(); ok {
+			st, err := r.pull(p)
+			if err == nil && st.Applied == 0 && r.now().Sub(start) >= unsentDelay {
+				return
+			}
+		}
+		t.Reset(joinPull)
+	}
+}
+
+func (r *Replica) pull(p peer.ID) (SyncStats, error) {
 	st, err := r.SyncWith(r.ctx, p)
 	if err != nil {
 		r.log.Debug("sync failed", "peer", p, "err", err)
-		return
+		return st, err
 	}
 	if st.Applied > 0 {
 		r.log.Debug("sync", "peer", p, "rounds", st.Rounds, "applied", st.Applied, "bytes", st.Sent+st.Recv)
 	}
+	return st, nil
 }
 
 func (r *Replica) randomPeer() (peer.ID, bool) {

@@ -704,3 +704,39 @@ func TestSyncSkipsWhatAnHonestPeerMayHold(t *testing.T) {
 		t.Fatal("a peer was penalised for entries an honest peer may hold")
 	}
 }
+
+// A replica whose first peer joins the topic pulls again every joinPull
+// until, at least unsentDelay after the join, a pull brings nothing new.
+func TestPullsWhileJoining(t *testing.T) {
+	a := newTestNet(t)
+	b := &testNet{mn: a.mn}
+	hb, err := a.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, hb)
+	if _, err := a.mn.LinkPeers(a.h.ID(), hb.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.mn.ConnectPeers(a.h.ID(), hb.ID()); err != nil {
+		t.Fatal(err)
+	}
+	// The pull on join, then pulls that bring nothing but come before
+	// unsentDelay has passed on a's clock (the test's, which stands still).
+	waitFor(t, func() bool { return a.r.SyncTotals().Pulls >= 4 })
+	a.clock.advance(unsentDelay)
+	// The next pull is the last.
+	last, since := a.r.SyncTotals().Pulls, time.Now()
+	for time.Since(since) < 4*joinPull {
+		if p := a.r.SyncTotals().Pulls; p != last {
+			last, since = p, time.Now()
+		}
+		if last > maxJoinPulls {
+			t.Fatalf("%d pulls: the replica kept pulling after a pull brought nothing new past unsentDelay", last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := a.r.SyncTotals(); st.Failed > 0 {
+		t.Errorf("%d of %d pulls failed", st.Failed, st.Pulls)
+	}
+}

@@ -42,6 +42,7 @@ type join struct {
 	st     api.Join
 	sheds  int       // busy answers since it last took this node in
 	shedAt time.Time // the last of them
+	connAt time.Time // when it last became connected, not yet heard
 }
 
 func newJoin(t joinTarget) *join {
@@ -104,14 +105,35 @@ func (j *join) shed() (int, time.Time) {
 
 // connected records a new connection to id, unless its hello has been
 // heard already (it may come first).
-func (j *join) connected(id peer.ID) {
+func (j *join) connected(id peer.ID, now time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.st.ID == id.String() && (j.st.State == api.JoinJoined || j.st.State == api.JoinOtherCluster) {
 		return
 	}
+	if j.st.State != api.JoinConnected || j.st.ID != id.String() {
+		j.connAt = now
+	}
 	j.st.ID, j.st.State, j.st.Cluster, j.st.Error = id.String(), api.JoinConnected, "", ""
 }
+
+// unheard is how long j's peer has been connected without a hello from
+// it, at now; ok is false unless it is in that state.
+func (j *join) unheard(now time.Time) (d time.Duration, ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.st.State != api.JoinConnected || j.connAt.IsZero() {
+		return 0, false
+	}
+	return now.Sub(j.connAt), true
+}
+
+// joinUnheard is how long a join peer may stay connected without a hello
+// before the node closes the connection and dials it again: twice the
+// hello's own timeout. Seen with 100 agents joining one seed on two cores:
+// a joiner whose connection never got past identify (no hello, no error)
+// stayed alone for as long as it ran, since the peer was "connected".
+const joinUnheard = 2 * helloTimeout
 
 // keepJoined keeps a --join peer connected for the node's whole life: it
 // dials it, and dials again with backoff whenever it is not connected.
@@ -126,6 +148,14 @@ func (n *Node) keepJoined(j *join) {
 	failures := 0
 	for {
 		wait := recheck
+		if id := j.peer(); id != "" && n.isConnected(id) {
+			if d, ok := j.unheard(n.now()); ok && d >= joinUnheard {
+				n.log.Info("join peer connected but said no hello; dialling it again", "addr", j.target.given, "peer", id, "after", d)
+				j.set(id, api.JoinConnecting, "", fmt.Sprintf("connected, but no hello in %v; dialling again", d.Round(time.Second)))
+				n.joinRedials.Add(1)
+				n.host.Network().ClosePeer(id)
+			}
+		}
 		if id := j.peer(); (id == "" || n.host.Network().Connectedness(id) != network.Connected) && n.joinDue(j) {
 			id, err := n.dialJoin(j)
 			switch {
@@ -144,7 +174,7 @@ func (n *Node) keepJoined(j *join) {
 				wait = n.backoff(failures)
 			default:
 				failures = 0
-				j.connected(id)
+				j.connected(id, n.now())
 				// A reconnected peer is not greeted again: what it said
 				// last time stands.
 				if h, ok := n.peers.get(id); ok {

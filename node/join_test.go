@@ -9,8 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
@@ -156,4 +160,42 @@ func TestPeersFoundThroughTheirRecords(t *testing.T) {
 		ns = append(ns, startNode(t, c))
 	}
 	waitFor(t, "b and c connected to each other", func() bool { return ns[0].isConnected(ns[1].ID()) })
+}
+
+// A join peer that is connected but never says hello (here a bare libp2p
+// host, which does not speak HelloProtocol) is dialled afresh once
+// joinUnheard has passed: the node does not sit on a connection that
+// never made it a peer.
+func TestJoinPeerSilentIsDialledAgain(t *testing.T) {
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var conns atomic.Int32
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) { conns.Add(1) }})
+
+	var offset atomic.Int64 // the node's clock runs ahead of the real one by this
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	logs := &lockedBuffer{}
+	c := loopbackConfig(t, "a")
+	c.Join = []string{h.Addrs()[0].String() + "/p2p/" + h.ID().String()}
+	n := startNodeDeps(t, c, Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: clock})
+	waitFor(t, "the node to connect to its join peer", func() bool { return joinOf(t, n).State == api.JoinConnected })
+	time.Sleep(200 * time.Millisecond) // a few of keepJoined's rounds (BackoffMin 50 ms)
+	if got := conns.Load(); got != 1 || n.joinRedials.Load() != 0 {
+		t.Fatalf("before joinUnheard: %d connections, %d redials; want 1 and 0", got, n.joinRedials.Load())
+	}
+
+	offset.Store(int64(joinUnheard))
+	waitFor(t, "the node to dial its silent join peer again", func() bool { return conns.Load() >= 2 })
+	if n.joinRedials.Load() < 1 {
+		t.Fatalf("redialled without counting it")
+	}
+	if !strings.Contains(logs.String(), "join peer connected but said no hello") {
+		t.Fatalf("no word of the redial:\n%s", logs.String())
+	}
+	if j := joinOf(t, n); j.State != api.JoinConnected && j.State != api.JoinConnecting {
+		t.Fatalf("join status after the redial: %+v", j)
+	}
 }

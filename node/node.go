@@ -116,9 +116,11 @@ type Node struct {
 	rng   *rand.Rand
 	boot  string // random per start, in our hello
 
-	relinks   atomic.Int64     // links started over because the peer restarted (relink)
-	relinkMu  sync.Mutex       // guards relinking
-	relinking map[peer.ID]bool // peers whose relink runs -> run it once more (relinkSoon)
+	relinks atomic.Int64 // links started over because the peer restarted (relink)
+	// joinRedials is --join connections closed for want of a hello (keepJoined).
+	joinRedials atomic.Int64
+	relinkMu    sync.Mutex       // guards relinking
+	relinking   map[peer.ID]bool // peers whose relink runs -> run it once more (relinkSoon)
 
 	// What tribe reload changes (reload.go): live is read without a lock,
 	// inForce (the config in force) and the reload itself under reloadMu.

@@ -43,6 +43,9 @@ var (
 	descRelinks = prometheus.NewDesc("tribe_peer_relinks_total",
 		"Links started over because a peer restarted while this node held a connection to its previous run (so pubsub reaches it again at once).",
 		nil, nil)
+	descJoinRedials = prometheus.NewDesc("tribe_join_redials_total",
+		"Connections to a --join peer closed and dialled again because the peer said no hello in 20 s.",
+		nil, nil)
 	descCommits = prometheus.NewDesc("tribe_store_commits_total",
 		"Write transactions of the state store, each a disk sync; writes that arrive together share one.", nil, nil)
 	descPlugins = prometheus.NewDesc("tribe_plugins",
@@ -57,7 +60,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelayed, descRelinks, descCommits, descPlugins} {
+		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelayed, descRelinks, descJoinRedials, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -92,6 +95,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPulls, s.Sync.Pulls)
 	counter(descPullsFailed, s.Sync.Failed)
 	counter(descRelinks, s.Sync.Relinks)
+	counter(descJoinRedials, s.Sync.JoinRedials)
 	counter(descRounds, s.Sync.Rounds)
 	counter(descSyncBytes, s.Sync.BytesSent, "sent")
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")

@@ -92,6 +92,9 @@ type Snapshot struct {
 type Sync struct {
 	Pulls, Failed, Rounds, BytesSent, BytesRecv, Fetched, Applied int64
 	Relinks                                                       int64
+	// JoinRedials is --join connections closed and dialled again for
+	// want of a hello.
+	JoinRedials int64
 	// Relayed is pulled entries passed on: a joining peer's fresh ones.
 	Relayed int64
 }

@@ -108,7 +108,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		NodesByAdmission: map[string]int{"admitted": 3, "pending": 2},
 		Rejected:         map[string]int64{"bad_signature": 2, "call_unauthorized": 5},
 		Dropped:          map[string]int64{"outbound_queue": 7},
-		Sync:             Sync{Pulls: 10, Failed: 1, Rounds: 14, BytesSent: 1000, BytesRecv: 5000, Fetched: 9, Applied: 8, Relayed: 4, Relinks: 3},
+		Sync:             Sync{Pulls: 10, Failed: 1, Rounds: 14, BytesSent: 1000, BytesRecv: 5000, Fetched: 9, Applied: 8, Relayed: 4, Relinks: 3, JoinRedials: 2},
 		Plugins:          map[string]int{"loaded": 2, "error": 1},
 	}}
 	m := New(src)
@@ -141,6 +141,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		{"tribe_sync_pulls_total", nil, 10, dto.MetricType_COUNTER},
 		{"tribe_sync_pulls_failed_total", nil, 1, dto.MetricType_COUNTER},
 		{"tribe_peer_relinks_total", nil, 3, dto.MetricType_COUNTER},
+		{"tribe_join_redials_total", nil, 2, dto.MetricType_COUNTER},
 		{"tribe_sync_rounds_total", nil, 14, dto.MetricType_COUNTER},
 		{"tribe_sync_bytes_total", map[string]string{"direction": "sent"}, 1000, dto.MetricType_COUNTER},
 		{"tribe_sync_bytes_total", map[string]string{"direction": "received"}, 5000, dto.MetricType_COUNTER},

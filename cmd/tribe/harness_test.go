@@ -82,9 +82,9 @@ func freePort(t testing.TB) int {
 
 // lowPorts hands out ports below Linux's ephemeral range (32768 and
 // up): a port the kernel picked (port 0) and that was free a moment ago
-// could be given again to any outgoing connection before serf bound it,
-// and 50 serf agents joining at once open many (seen: "address already
-// in use").
+// could be given again to any outgoing connection before the agent (ours
+// or serf's) bound it, and 50 agents joining at once open many (seen:
+// "address already in use").
 var lowPorts = struct {
 	sync.Mutex
 	next int

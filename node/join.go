@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -43,6 +44,7 @@ type join struct {
 	sheds  int       // busy answers since it last took this node in
 	shedAt time.Time // the last of them
 	connAt time.Time // when it last became connected, not yet heard
+	silent int       // redials for want of a hello since it was last heard
 }
 
 func newJoin(t joinTarget) *join {
@@ -78,7 +80,7 @@ func (j *join) set(id peer.ID, state, cluster, errText string) bool {
 	}
 	j.st.State, j.st.Cluster, j.st.Error = state, cluster, errText
 	if state == api.JoinJoined {
-		j.sheds = 0
+		j.sheds, j.silent = 0, 0
 	}
 	return old.State != state || old.ID != j.st.ID || old.Cluster != cluster
 }
@@ -128,6 +130,17 @@ func (j *join) unheard(now time.Time) (d time.Duration, ok bool) {
 	return now.Sub(j.connAt), true
 }
 
+// redialSilent moves j back to connecting for want of a hello after d,
+// and reports whether it is the first such redial since the peer was last
+// heard (the one worth an info line; the rest are counted).
+func (j *join) redialSilent(d time.Duration) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.silent++
+	j.st.State, j.st.Error = api.JoinConnecting, fmt.Sprintf("connected, but no hello in %v; dialling again", d.Round(time.Second))
+	return j.silent == 1
+}
+
 // joinUnheard is how long a join peer may stay connected without a hello
 // before the node closes the connection and dials it again: twice the
 // hello's own timeout. Seen with 100 agents joining one seed on two cores:
@@ -150,8 +163,11 @@ func (n *Node) keepJoined(j *join) {
 		wait := recheck
 		if id := j.peer(); id != "" && n.isConnected(id) {
 			if d, ok := j.unheard(n.now()); ok && d >= joinUnheard {
-				n.log.Info("join peer connected but said no hello; dialling it again", "addr", j.target.given, "peer", id, "after", d)
-				j.set(id, api.JoinConnecting, "", fmt.Sprintf("connected, but no hello in %v; dialling again", d.Round(time.Second)))
+				level := slog.LevelDebug
+				if j.redialSilent(d) {
+					level = slog.LevelInfo
+				}
+				n.log.Log(n.ctx, level, "join peer connected but said no hello; dialling it again", "addr", j.target.given, "peer", id, "after", d)
 				n.joinRedials.Add(1)
 				n.host.Network().ClosePeer(id)
 			}

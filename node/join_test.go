@@ -199,3 +199,19 @@ func TestJoinPeerSilentIsDialledAgain(t *testing.T) {
 		t.Fatalf("join status after the redial: %+v", j)
 	}
 }
+
+// Only the first redial for want of a hello since the peer was last heard
+// is worth an info line; a hello starts the count again.
+func TestJoinSilentRedialsLogOnce(t *testing.T) {
+	j := newJoin(joinTarget{given: "x"})
+	if !j.redialSilent(time.Minute) || j.redialSilent(time.Minute) {
+		t.Fatal("want the first redial reported, not the second")
+	}
+	if st := j.status(); st.State != api.JoinConnecting || !strings.Contains(st.Error, "no hello in 1m0s") {
+		t.Fatalf("status after a redial: %+v", st)
+	}
+	j.set("", api.JoinJoined, "tribe", "")
+	if !j.redialSilent(time.Minute) {
+		t.Fatal("after a hello the next redial is the first again")
+	}
+}

@@ -80,9 +80,15 @@ func TestSharedPlugin(t *testing.T) {
 		}
 		return out
 	}
+	var last map[string]api.PluginNode
+	defer func() {
+		if t.Failed() {
+			t.Logf("the members' last states: %+v", last)
+		}
+	}()
 	waitFor(t, "b and c to run pyecho, d to refuse it", func() bool {
-		s := states()
-		return s["b"].State == "loaded" && s["c"].State == "loaded" && s["d"].State == "error"
+		last = states()
+		return last["b"].State == "loaded" && last["c"].State == "loaded" && last["d"].State == "error"
 	})
 	s := states()
 	for _, name := range []string{"b", "c"} {

@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -45,6 +46,13 @@ type Info struct {
 	Name    string
 	Version string
 	Kind    string // collector, processor, publisher or action
+	// Procs is how many cores the plugin's Go code may use at once (Go's
+	// GOMAXPROCS); 0 means 1. Calls still run concurrently on one core:
+	// a plugin is a helper on a host that runs something else, and on one
+	// core a call's round trip is 10–15% shorter (no hand-off of the call
+	// between threads; measured against Go's default on 2 cores, one run).
+	// Set it higher for methods that compute in parallel.
+	Procs int
 }
 
 // Main serves impl on stdin and stdout and exits: 0 when the agent stops
@@ -53,6 +61,7 @@ func Main(info Info, impl any) {
 	if info.Name == "" {
 		info.Name = filepath.Base(os.Args[0])
 	}
+	runtime.GOMAXPROCS(max(info.Procs, 1))
 	if err := Serve(info, impl, pollable(0, "stdin"), pollable(1, "stdout")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -138,7 +147,7 @@ func Serve(info Info, impl any, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s := &server{info: info, methods: ms, out: out, running: map[int64]context.CancelFunc{}}
+	s := &server{info: info, methods: ms, out: out, running: map[int64]func(){}}
 	defer s.wg.Wait()
 	defer s.cancelAll()
 	br := bufio.NewReaderSize(in, 64<<10)
@@ -164,7 +173,7 @@ type server struct {
 	wmu     sync.Mutex
 	out     io.Writer
 	mu      sync.Mutex
-	running map[int64]context.CancelFunc
+	running map[int64]func() // cancels each call in progress
 	wg      sync.WaitGroup
 }
 
@@ -191,7 +200,8 @@ func (s *server) handle(line []byte) (stop bool) {
 			s.answer(req.ID, nil, fmt.Errorf("no method %q", p.Method))
 			return false
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(max(p.TimeoutMS, 1))*time.Millisecond)
+		ctx := newCallCtx(time.Duration(max(p.TimeoutMS, 1)) * time.Millisecond)
+		cancel := ctx.cancel
 		s.mu.Lock()
 		s.running[*req.ID] = cancel
 		s.mu.Unlock()

@@ -252,38 +252,33 @@ func (p *Plugin) Call(ctx context.Context, method string, args json.RawMessage) 
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: %w", p.file, err)
 	}
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			return nil, fmt.Errorf("plugin %s ended mid-call: %w", p.file, proc.exitErr())
-		}
-		if r.Error != nil {
-			// It gave up at the deadline it was sent: say so as the
-			// caller's context would (whose timer may lag the clock).
-			if err := ctx.Err(); err != nil {
-				return r.Error.Data, fmt.Errorf("%w: %s", err, r.Error.Message)
-			}
-			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-				return r.Error.Data, fmt.Errorf("%w: %s", context.DeadlineExceeded, r.Error.Message)
-			}
-			return r.Error.Data, errors.New(r.Error.Message)
-		}
-		return r.Result, nil
-	case <-ctx.Done():
+	r, err := proc.await(ctx, ch)
+	switch {
+	case err != nil && ctx.Err() != nil:
 		proc.send(wire.MethodCancel, wire.CancelParams{ID: id}, false)
 		go func() {
-			t := time.NewTimer(p.cfg.KillGrace)
-			defer t.Stop()
-			select {
-			case <-ch:
-			case <-proc.done:
-			case <-t.C:
+			grace, cancel := context.WithTimeout(context.Background(), p.cfg.KillGrace)
+			defer cancel()
+			if _, err := proc.await(grace, ch); err != nil && grace.Err() != nil {
 				p.cfg.Log.Warn("plugin did not answer a call past its deadline; killed", "plugin", p.file, "method", method, "grace", p.cfg.KillGrace)
 				proc.fail(fmt.Errorf("killed: call %d (%s) went %v past its deadline", id, method, p.cfg.KillGrace))
 			}
 		}()
 		return nil, ctx.Err()
+	case err != nil:
+		return nil, fmt.Errorf("plugin %s ended mid-call: %w", p.file, err)
+	case r.Error != nil:
+		// It gave up at the deadline it was sent: say so as the
+		// caller's context would (whose timer may lag the clock).
+		if err := ctx.Err(); err != nil {
+			return r.Error.Data, fmt.Errorf("%w: %s", err, r.Error.Message)
+		}
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return r.Error.Data, fmt.Errorf("%w: %s", context.DeadlineExceeded, r.Error.Message)
+		}
+		return r.Error.Data, errors.New(r.Error.Message)
 	}
+	return r.Result, nil
 }
 
 // Close stops the plugin: it is asked to shut down, and killed if it is

@@ -1,6 +1,7 @@
 package external
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tribeagent/tribe/plugins/external/wire"
 	"github.com/tribeagent/tribe/plugins/sdk"
 )
 
@@ -98,11 +100,37 @@ func fakePlugin(name string) {
 		time.Sleep(time.Hour)
 	case "wrongname":
 		sdk.Main(sdk.Info{Name: "other", Version: "1", Kind: "processor"}, testMethods{})
+	case "answerexit", "closeout":
+		rawPlugin(name)
 	case "crashy": // crashes at start after its handshake, always
 		go func() { time.Sleep(20 * time.Millisecond); os.Exit(4) }()
 		sdk.Main(sdk.Info{Name: name, Version: "1", Kind: "processor"}, testMethods{})
 	default:
 		sdk.Main(sdk.Info{Name: name, Version: "1.2.3", Kind: "processor"}, testMethods{})
+	}
+}
+
+// rawPlugin speaks the protocol by hand: it answers the handshake, then
+// the first call without a newline and exits at once (answerexit), or
+// closes its stdout at the first call and lives on (closeout).
+func rawPlugin(name string) {
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		var req struct {
+			ID     int64  `json:"id"`
+			Method string `json:"method"`
+		}
+		json.Unmarshal(sc.Bytes(), &req)
+		switch {
+		case req.Method == wire.MethodHandshake:
+			fmt.Printf(`{"jsonrpc":"2.0","id":%d,"result":{"protocol":1,"name":%q,"version":"1","kind":"processor","methods":["echo"]}}`+"\n", req.ID, name)
+		case name == "closeout":
+			os.Stdout.Close()
+			time.Sleep(time.Hour)
+		default:
+			fmt.Printf(`{"jsonrpc":"2.0","id":%d,"result":"last words"}`, req.ID) // no newline: the last line
+			os.Exit(0)
+		}
 	}
 }
 
@@ -220,6 +248,80 @@ func TestDeadlineAndCancel(t *testing.T) {
 	if out, err := call(p, time.Second, "sleep", `1`); err != nil || out != `"slept"` {
 		t.Fatalf("after: %s %v", out, err)
 	}
+}
+
+// Calls in flight at once each get their own answer, whichever of them
+// reads the plugin's stdout, also while some of them end at their
+// deadline in the middle of reading.
+func TestConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
+	p := start(t, "good", &syncBuffer{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			for j := range 20 {
+				switch (i + j) % 4 {
+				case 0: // gives up while others read
+					if _, err := call(p, time.Millisecond, "sleep", `50`); !errors.Is(err, context.DeadlineExceeded) {
+						errs <- fmt.Errorf("sleep past its deadline: %v", err)
+					}
+				case 1:
+					if out, err := call(p, 5*time.Second, "sleep", fmt.Sprint(j%3)); err != nil || out != `"slept"` {
+						errs <- fmt.Errorf("sleep: %s %v", out, err)
+					}
+				default:
+					want := fmt.Sprintf(`"%d-%d"`, i, j)
+					if out, err := call(p, 5*time.Second, "echo", want); err != nil || out != want {
+						errs <- fmt.Errorf("echo %s: %s %v", want, out, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := p.Health(); err != nil {
+		t.Fatalf("after: %v", err)
+	}
+}
+
+// An answer a plugin writes just before it exits reaches its call, read
+// by the call or, when no call is reading then, by the process's end.
+func TestAnswerBeforeExitIsKept(t *testing.T) {
+	p := start(t, "answerexit", &syncBuffer{})
+	first := p.current()
+	if out, err := call(p, 5*time.Second, "echo", `1`); err != nil || out != `"last words"` {
+		t.Fatalf("a call answered as the plugin exits: %s %v", out, err)
+	}
+	waitFor(t, "the plugin to be started again", func() bool { return restarted(p, first) })
+	proc := p.current()
+	_, ch, err := proc.send(wire.MethodCall, wire.CallParams{Method: "echo", TimeoutMS: 1000}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-proc.done // nobody read stdout while it ran
+	if r, ok := <-ch; !ok || string(r.Result) != `"last words"` {
+		t.Fatalf("the answer left in the pipe: %+v %v", r, ok)
+	}
+}
+
+// A plugin that closes its stdout can answer nothing more: a call
+// waiting on it fails at once instead of at its deadline, and the plugin
+// is killed and started again.
+func TestClosedStdoutIsKilled(t *testing.T) {
+	p := start(t, "closeout", &syncBuffer{})
+	first := p.current()
+	begin := time.Now()
+	if _, err := call(p, 10*time.Second, "echo", `1`); err == nil || !strings.Contains(err.Error(), "ended mid-call") {
+		t.Fatalf("a call to a plugin that closed its stdout: %v", err)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Fatalf("the call took %v", took)
+	}
+	waitFor(t, "a new process", func() bool { cur := p.current(); return cur != nil && cur != first })
 }
 
 // A plugin that crashes mid-call fails that call, saying so, and is

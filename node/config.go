@@ -44,9 +44,10 @@ type Config struct {
 	// MDNS turns on mDNS discovery on the local network.
 	MDNS bool
 	// DHT runs the private Kademlia DHT and finds peers by rendezvous
-	// through it. Off, a node knows only its --join peers, mDNS finds and
-	// remembered peers (the simulator turns it off for its sparse
-	// 1,000-node clusters).
+	// through it, from 3 to 9 discovery intervals after the start or
+	// once the node is short of peers for a round (see dhtStartAt). Off,
+	// a node knows only its --join peers, mDNS finds and remembered peers
+	// (the simulator turns it off for its sparse 1,000-node clusters).
 	DHT bool
 	// SwarmKeyFile, when set, makes the node part of a private network:
 	// only nodes with the same key can connect (TCP only; QUIC refuses it).

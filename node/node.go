@@ -47,7 +47,6 @@ import (
 	"syscall"
 	"time"
 
-	dht "github.com/libp2p/go-libp2p-kad-dht"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
@@ -138,7 +137,6 @@ type Node struct {
 	metNew     chan struct{} // a new peer to remember: saveLoop writes it out
 	shortSince atomic.Int64  // unix ns since the discovery loop found the node short of peers (0: it is not)
 
-	dht      *dht.IpfsDHT
 	mdns     mdns.Service
 	mdnsGate mdnsGate
 
@@ -401,23 +399,6 @@ func (n *Node) Start(ctx context.Context) error {
 	} else if s := n.rules().Status(n.host.ID()); s != authority.Trusted && s != authority.Admitted {
 		n.log.Warn("this node is "+string(s)+": its record and memberships count for nothing until a trusted writer admits it (tribe admit)", "id", n.host.ID())
 	}
-	if n.cfg.DHT {
-		n.dht, err = dht.New(n.host,
-			dht.Mode(dht.ModeServer),
-			dht.ProtocolPrefix("/tribe"),
-			dht.BootstrapPeers(n.bootstrapPeers()...),
-			// The table fills from the connections the node makes and
-			// the lookups it does (advertising, finding peers). The
-			// DHT's own refresh walks the key space bucket by bucket
-			// as soon as the first peer arrives and again while the
-			// table is small: in a fleet that starts at once, every
-			// node dialling most others in its first seconds.
-			dht.DisableAutoRefresh(),
-		)
-		if err != nil {
-			return fmt.Errorf("node: dht: %w", err)
-		}
-	}
 	if n.cfg.MDNS {
 		n.mdns = mdns.NewMdnsService(n.host, mdnsServiceName(n.cfg.Cluster), mdnsNotifee{n})
 		if err := n.mdns.Start(); err != nil {
@@ -517,9 +498,6 @@ func (n *Node) Close() error {
 		}
 		if n.mdns != nil {
 			errs = append(errs, n.mdns.Close())
-		}
-		if n.dht != nil {
-			errs = append(errs, n.dht.Close())
 		}
 		n.wg.Wait()
 		n.plugins.closeAll()

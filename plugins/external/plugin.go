@@ -296,13 +296,17 @@ func (p *Plugin) Close() error {
 	if proc == nil {
 		return nil
 	}
-	proc.send(wire.MethodShutdown, nil, true)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StopGrace)
+	defer cancel()
+	if _, ch, err := proc.send(wire.MethodShutdown, nil, true); err == nil {
+		// Waiting for the answer reads stdout: a plugin blocked writing
+		// lines nobody read since the last call can then take it.
+		proc.await(ctx, ch)
+	}
 	proc.stdin.Close()
-	t := time.NewTimer(p.cfg.StopGrace)
-	defer t.Stop()
 	select {
 	case <-proc.done:
-	case <-t.C:
+	case <-ctx.Done():
 		p.cfg.Log.Warn("plugin did not stop by itself; killed", "plugin", p.file, "grace", p.cfg.StopGrace)
 		proc.kill()
 		<-proc.done

@@ -100,7 +100,7 @@ func fakePlugin(name string) {
 		time.Sleep(time.Hour)
 	case "wrongname":
 		sdk.Main(sdk.Info{Name: "other", Version: "1", Kind: "processor"}, testMethods{})
-	case "answerexit", "closeout":
+	case "answerexit", "closeout", "chatty":
 		rawPlugin(name)
 	case "crashy": // crashes at start after its handshake, always
 		go func() { time.Sleep(20 * time.Millisecond); os.Exit(4) }()
@@ -112,7 +112,9 @@ func fakePlugin(name string) {
 
 // rawPlugin speaks the protocol by hand: it answers the handshake, then
 // the first call without a newline and exits at once (answerexit), or
-// closes its stdout at the first call and lives on (closeout).
+// closes its stdout at the first call and lives on (closeout), or writes
+// 160 KB of lines that are not the protocol's and answers a shutdown
+// (chatty).
 func rawPlugin(name string) {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -124,6 +126,12 @@ func rawPlugin(name string) {
 		switch {
 		case req.Method == wire.MethodHandshake:
 			fmt.Printf(`{"jsonrpc":"2.0","id":%d,"result":{"protocol":1,"name":%q,"version":"1","kind":"processor","methods":["echo"]}}`+"\n", req.ID, name)
+			if name == "chatty" { // more than a pipe holds, with no call waiting
+				os.Stdout.WriteString(strings.Repeat(strings.Repeat("c", 999)+"\n", 160))
+			}
+		case name == "chatty" && req.Method == wire.MethodShutdown:
+			fmt.Printf(`{"jsonrpc":"2.0","id":%d,"result":null}`+"\n", req.ID)
+			os.Exit(0)
 		case name == "closeout":
 			os.Stdout.Close()
 			time.Sleep(time.Hour)
@@ -305,6 +313,23 @@ func TestAnswerBeforeExitIsKept(t *testing.T) {
 	<-proc.done // nobody read stdout while it ran
 	if r, ok := <-ch; !ok || string(r.Result) != `"last words"` {
 		t.Fatalf("the answer left in the pipe: %+v %v", r, ok)
+	}
+}
+
+// A plugin blocked writing lines nobody read (no call was waiting) still
+// stops by itself when asked: the shutdown's wait reads them.
+func TestCloseReadsWhatAnIdlePluginWrote(t *testing.T) {
+	log := &syncBuffer{}
+	cfg := testConfig(log)
+	cfg.StopGrace = 10 * time.Second // the race detector holds an exit for 1 s
+	p, err := Start(pluginPath(t, "chatty"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := p.current()
+	p.Close()
+	if strings.Contains(log.String(), "did not stop by itself") || !strings.Contains(proc.exitErr().Error(), "status 0") {
+		t.Fatalf("a chatty idle plugin did not stop cleanly: %v\n%s", proc.exitErr(), log)
 	}
 }
 

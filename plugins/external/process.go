@@ -33,8 +33,9 @@ type process struct {
 	// handing the others' to their channels. A call alone in flight thus
 	// reads its own answer: a reader goroutine's hand-off cost 11–19% of
 	// a call straight to a minimal Go plugin and 7–8% to pyecho (alternated
-	// in one run). Nobody reads while no call waits: lines wait in the
-	// pipe, and drain reads what is left when the process ends.
+	// in one run). Nobody reads while no call (or Close) waits: lines
+	// wait in the pipe, and drain reads what is left when the process
+	// ends.
 	turn    chan struct{} // capacity 1: held while reading stdout
 	stdout  *os.File
 	br      *bufio.Reader
@@ -48,6 +49,7 @@ type process struct {
 	pending map[int64]chan wire.Response
 	next    int64
 	shaken  bool // a well-formed answer came: the handshake's, the first
+	reaped  bool // Wait has returned: kill must not signal its group
 
 	bad      atomic.Int64  // lines that broke the protocol after the handshake
 	lastWarn atomic.Int64  // when one was last logged, unix nanoseconds
@@ -109,6 +111,9 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 	go func() {
 		p.logStderr(stderr) // until the process and its children end
 		err := cmd.Wait()
+		p.mu.Lock()
+		p.reaped = true
+		p.mu.Unlock()
 		p.drain()
 		p.mu.Lock()
 		if p.err == nil {
@@ -146,8 +151,7 @@ func (p *process) await(ctx context.Context, ch chan wire.Response) (wire.Respon
 		case <-ctx.Done():
 			return wire.Response{}, ctx.Err()
 		case turn <- struct{}{}:
-			p.readFor(ctx, ch)
-			<-p.turn
+			p.readTurn(ctx, ch)
 			select {
 			case r, ok := <-ch:
 				if !ok {
@@ -161,6 +165,13 @@ func (p *process) await(ctx context.Context, ch chan wire.Response) (wire.Respon
 			}
 		}
 	}
+}
+
+// readTurn reads for ch (see readFor) with the turn the caller took, and
+// gives the turn back.
+func (p *process) readTurn(ctx context.Context, ch chan wire.Response) {
+	defer func() { <-p.turn }()
+	p.readFor(ctx, ch)
 }
 
 // readFor reads answers, handing each to its call, until one is on ch,
@@ -201,7 +212,7 @@ func (p *process) readFor(ctx context.Context, ch chan wire.Response) {
 func (p *process) interrupt(gen uint64) {
 	p.rmu.Lock()
 	defer p.rmu.Unlock()
-	if p.readGen == gen {
+	if p.readGen == gen && !p.exited { // once exited, drain owns the deadline
 		p.stdout.SetReadDeadline(time.Now())
 	}
 }
@@ -230,18 +241,30 @@ func (p *process) readLine() ([]byte, error) {
 }
 
 // stopReading ends reading stdout for err: a line over the limit breaks
-// the protocol, and the process is killed with that error; at any other
-// error (EOF: the process closed its stdout or is ending) it is killed
-// too, since it cannot answer any more.
+// the protocol, and the process is killed with that error. At any other
+// error (EOF: the process is ending, or it closed its stdout) it cannot
+// answer any more: if it has not ended closedStdoutGrace later, it is
+// killed, saying why.
 func (p *process) stopReading(err error) {
 	p.eof.Store(true)
-	switch {
-	case errors.Is(err, errLineTooLong):
+	if errors.Is(err, errLineTooLong) {
 		p.fail(fmt.Errorf("%w: an answer over %d bytes", wire.ErrProtocol, p.maxLine))
-	default:
-		p.kill() // it closed its stdout: it cannot answer
+		return
 	}
+	go func() {
+		t := time.NewTimer(closedStdoutGrace)
+		defer t.Stop()
+		select {
+		case <-p.done:
+		case <-t.C:
+			p.fail(fmt.Errorf("%w: it closed its stdout (%v) and cannot answer", wire.ErrProtocol, err))
+		}
+	}()
 }
+
+// closedStdoutGrace is how long a process whose stdout ended may take to
+// exit by itself before it is killed.
+const closedStdoutGrace = time.Second
 
 // drainWait bounds reading what a process wrote before it ended (a child
 // it left could hold its stdout open).
@@ -252,9 +275,10 @@ const drainWait = 100 * time.Millisecond
 func (p *process) drain() {
 	p.rmu.Lock()
 	p.exited = true
-	p.stdout.SetReadDeadline(time.Now().Add(drainWait))
+	p.stdout.SetReadDeadline(time.Now()) // a call reading now gives the turn up
 	p.rmu.Unlock()
-	p.turn <- struct{}{} // a call reading now stops by the deadline
+	p.turn <- struct{}{}
+	p.stdout.SetReadDeadline(time.Now().Add(drainWait))
 	for !p.eof.Load() {
 		line, err := p.readLine()
 		if line != nil {
@@ -262,7 +286,11 @@ func (p *process) drain() {
 			continue
 		}
 		if errors.Is(err, errLineTooLong) {
-			p.fail(fmt.Errorf("%w: an answer over %d bytes", wire.ErrProtocol, p.maxLine))
+			p.mu.Lock()
+			if p.err == nil { // the process is gone: nothing to kill
+				p.err = fmt.Errorf("%w: an answer over %d bytes", wire.ErrProtocol, p.maxLine)
+			}
+			p.mu.Unlock()
 		}
 		p.eof.Store(true)
 	}
@@ -344,7 +372,10 @@ func (p *process) fail(err error) {
 
 // kill ends the process group at once.
 func (p *process) kill() {
-	if p.cmd.Process != nil {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Once reaped, its process group's number could name another's.
+	if p.cmd.Process != nil && !p.reaped {
 		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 }

@@ -69,14 +69,19 @@ func (c *callCtx) expireLocked() bool {
 }
 
 // end ends the context with err (context.Canceled when the agent cancels
-// the call or the call returns), unless it has ended already.
+// the call or the call returns), unless it has ended already, or its
+// deadline has passed: then it ends as context.WithTimeout's would, with
+// context.DeadlineExceeded (the agent's cancel comes at its own deadline,
+// at or just after the plugin's).
 func (c *callCtx) end(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return
 	}
-	c.err = err
+	if !c.expireLocked() {
+		c.err = err
+	}
 	if c.done != nil {
 		close(c.done)
 		c.timer.Stop()

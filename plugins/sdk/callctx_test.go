@@ -65,6 +65,15 @@ func TestCallCtx(t *testing.T) {
 			t.Errorf("cancelled: %v, child %v", c.Err(), child.Err())
 		}
 
+		// Cancelled after its deadline, nobody having asked: it ended at
+		// the deadline, as context.WithTimeout's would say.
+		c = newCallCtx(time.Second)
+		time.Sleep(time.Second)
+		c.cancel()
+		if !errors.Is(c.Err(), context.DeadlineExceeded) {
+			t.Errorf("cancelled after the deadline: %v", c.Err())
+		}
+
 		// Cancelled before anyone asked for Done: closed when asked.
 		c = newCallCtx(time.Second)
 		c.cancel()

@@ -47,7 +47,8 @@ type Info struct {
 	Version string
 	Kind    string // collector, processor, publisher or action
 	// Procs is how many cores the plugin's Go code may use at once (Go's
-	// GOMAXPROCS); 0 means 1. Calls still run concurrently on one core:
+	// GOMAXPROCS, set by Main whatever the environment says; Serve leaves
+	// it alone); 0 means 1. Calls still run concurrently on one core:
 	// a plugin is a helper on a host that runs something else, and on one
 	// core a call's round trip is 10–15% shorter (no hand-off of the call
 	// between threads; measured against Go's default on 2 cores, one run).

@@ -41,36 +41,39 @@ func TestDHTStartAt(t *testing.T) {
 
 // A node with enough peers starts its DHT only from 3 discovery
 // intervals after its start; one short of peers starts it after a round,
-// to look the fleet up. Times are taken from each node's start.
+// to look the fleet up, long before its own 3 intervals. Times are taken
+// from each node's start; c's interval is long, so that a busy machine
+// cannot blur its round into its timed start.
 func TestDHTStartsLateUnlessShort(t *testing.T) {
 	kad := protocol.ID("/tribe/kad/1.0.0")
 	speaksDHT := func(n *Node) bool { return slices.Contains(n.Host().Mux().Protocols(), kad) }
-	const interval = time.Second
 	ca := loopbackConfig(t, "a")
-	ca.DiscoveryInterval, ca.TargetPeers = interval, 1
+	ca.TargetPeers = 1
 	a := startNode(t, ca)
 	cb := loopbackConfig(t, "b")
-	cb.DiscoveryInterval, cb.TargetPeers, cb.Join = interval, 1, []string{tcpAddr(a)}
+	cb.DiscoveryInterval, cb.TargetPeers, cb.Join = 500*time.Millisecond, 1, []string{tcpAddr(a)}
 	bStart := time.Now()
 	b := startNode(t, cb)
 	cc := loopbackConfig(t, "c") // wants 5 peers, can have 2: short
-	cc.DiscoveryInterval, cc.TargetPeers, cc.Join = interval, 5, []string{tcpAddr(a)}
+	cc.DiscoveryInterval, cc.TargetPeers, cc.Join = 10*time.Second, 5, []string{tcpAddr(a)}
 	c := startNode(t, cc)
 	cStarted := time.Now()
 	var bDHT, cDHT time.Duration
-	waitFor(t, "b and c to start their DHTs", func() bool {
+	for deadline := time.Now().Add(time.Minute); bDHT == 0 || cDHT == 0; time.Sleep(10 * time.Millisecond) {
 		if cDHT == 0 && speaksDHT(c) {
 			cDHT = time.Since(cStarted)
 		}
 		if bDHT == 0 && speaksDHT(b) {
 			bDHT = time.Since(bStart)
 		}
-		return bDHT != 0 && cDHT != 0
-	})
-	if cDHT >= 3*interval {
+		if time.Now().After(deadline) {
+			t.Fatalf("DHTs after a minute: b %v, c %v", bDHT, cDHT)
+		}
+	}
+	if cDHT >= 3*cc.DiscoveryInterval {
 		t.Errorf("c, short of peers, started its DHT %v after its start, not after a round", cDHT)
 	}
-	if bDHT < 3*interval {
+	if bDHT < 3*cb.DiscoveryInterval {
 		t.Errorf("b, with its peer, started its DHT %v after its start, before 3 intervals", bDHT)
 	}
 }

@@ -194,18 +194,29 @@ func (p *process) readFor(ctx context.Context, ch chan wire.Response) {
 		}
 		p.rmu.Unlock()
 	}()
-	for len(ch) == 0 && !p.eof.Load() {
-		line, err := p.readLine()
-		if line != nil {
-			p.take(line)
-			continue
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return // ctx ended, or the process did
-		}
+	err := p.takeLines(func() bool { return len(ch) > 0 })
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) { // not ctx's end, nor the process's
 		p.stopReading(err)
-		return
 	}
+}
+
+// takeLines hands out answer lines until enough says so or stdout can be
+// read no more, and returns the read error that stopped it, if any. The
+// caller holds the turn.
+func (p *process) takeLines(enough func() bool) error {
+	for !enough() && !p.eof.Load() {
+		line, err := p.readLine()
+		if line == nil {
+			return err
+		}
+		p.take(line)
+	}
+	return nil
+}
+
+// errTooLong is the error of a process that wrote a line over the limit.
+func (p *process) errTooLong() error {
+	return fmt.Errorf("%w: an answer over %d bytes", wire.ErrProtocol, p.maxLine)
 }
 
 // interrupt makes the reader of generation gen stop waiting for stdout.
@@ -248,7 +259,7 @@ func (p *process) readLine() ([]byte, error) {
 func (p *process) stopReading(err error) {
 	p.eof.Store(true)
 	if errors.Is(err, errLineTooLong) {
-		p.fail(fmt.Errorf("%w: an answer over %d bytes", wire.ErrProtocol, p.maxLine))
+		p.fail(p.errTooLong())
 		return
 	}
 	go func() {
@@ -279,21 +290,14 @@ func (p *process) drain() {
 	p.rmu.Unlock()
 	p.turn <- struct{}{}
 	p.stdout.SetReadDeadline(time.Now().Add(drainWait))
-	for !p.eof.Load() {
-		line, err := p.readLine()
-		if line != nil {
-			p.take(line)
-			continue
+	if err := p.takeLines(func() bool { return false }); errors.Is(err, errLineTooLong) {
+		p.mu.Lock()
+		if p.err == nil { // the process is gone: nothing to kill
+			p.err = p.errTooLong()
 		}
-		if errors.Is(err, errLineTooLong) {
-			p.mu.Lock()
-			if p.err == nil { // the process is gone: nothing to kill
-				p.err = fmt.Errorf("%w: an answer over %d bytes", wire.ErrProtocol, p.maxLine)
-			}
-			p.mu.Unlock()
-		}
-		p.eof.Store(true)
+		p.mu.Unlock()
 	}
+	p.eof.Store(true)
 	p.stdout.Close()
 	<-p.turn
 }

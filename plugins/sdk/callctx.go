@@ -36,13 +36,12 @@ func (c *callCtx) Done() <-chan struct{} {
 		return c.done
 	}
 	c.done = make(chan struct{})
-	if c.err == nil {
-		c.expireLocked()
+	if c.err == nil && c.past() {
+		c.err = context.DeadlineExceeded
 	}
-	switch {
-	case c.err != nil:
+	if c.err != nil {
 		close(c.done)
-	default:
+	} else {
 		c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.end(context.DeadlineExceeded) })
 	}
 	return c.done
@@ -51,22 +50,14 @@ func (c *callCtx) Done() <-chan struct{} {
 func (c *callCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err == nil && c.expireLocked() && c.done != nil {
-		close(c.done)
-		c.timer.Stop()
+	if c.err == nil && c.past() {
+		c.finishLocked(context.DeadlineExceeded)
 	}
 	return c.err
 }
 
-// expireLocked ends the context if its deadline has passed, and reports
-// whether it did.
-func (c *callCtx) expireLocked() bool {
-	if c.err == nil && !time.Now().Before(c.deadline) {
-		c.err = context.DeadlineExceeded
-		return true
-	}
-	return false
-}
+// past reports whether the deadline has passed.
+func (c *callCtx) past() bool { return !time.Now().Before(c.deadline) }
 
 // end ends the context with err (context.Canceled when the agent cancels
 // the call or the call returns), unless it has ended already, or its
@@ -79,9 +70,16 @@ func (c *callCtx) end(err error) {
 	if c.err != nil {
 		return
 	}
-	if !c.expireLocked() {
-		c.err = err
+	if c.past() {
+		err = context.DeadlineExceeded
 	}
+	c.finishLocked(err)
+}
+
+// finishLocked ends the context with err, closing done if a method asked
+// for it (its timer is armed then).
+func (c *callCtx) finishLocked(err error) {
+	c.err = err
 	if c.done != nil {
 		close(c.done)
 		c.timer.Stop()

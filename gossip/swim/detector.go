@@ -211,6 +211,15 @@ func (d *Detector) health(delta int) {
 // as in a start-up storm). With Neighbours set, a suspect that is not a
 // neighbour is told at most once a probe interval: the word may cost a
 // connection, and a busy fleet suspects the most.
+//
+// The round ends when its messages are answered or time out: a fleet too
+// busy to answer hears less often from each node, where sending every
+// interval regardless piled streams on it (memberlist's gossip is a UDP
+// datagram; here each message is a stream and an ack). Measured with 100
+// agents started at once on 2 cores, joining one seed: with the pile, both
+// cores stayed busy past 3 minutes and no agent listed all 100 alive;
+// without it, two runs converged in 62 and 67 s (by hand; the issue 14
+// note has the rest).
 func (d *Detector) gossip(ctx context.Context) {
 	now := time.Now()
 	d.with(func(m *Members) []Change { return m.Tick(now) })
@@ -235,19 +244,21 @@ func (d *Detector) gossip(ctx context.Context) {
 		}
 	}
 	d.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, node := range to {
 		msg := d.message(node)
 		if len(msg.Updates) == 0 {
 			continue
 		}
-		go func() {
+		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
 			defer cancel()
 			if ack, err := d.tr.Ping(ctx, node, msg); err == nil {
 				d.receive(ack)
 			}
-		}()
+		})
 	}
+	wg.Wait()
 }
 
 // helpers is whom to ask to probe target: IndirectChecks alive members,

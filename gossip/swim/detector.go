@@ -38,6 +38,7 @@ type Detector struct {
 	batch   uint64    // batches of changes the core made (under mu)
 	probes  uint64    // probes begun (under mu): every FarProbeEvery-th goes to the round
 	farTold time.Time // when a suspect that is not a neighbour was last told (under mu)
+	telling string    // the suspect a word is in flight to, if any (under mu)
 
 	// Changes reach onChange one batch at a time, in the order the core
 	// made them (a suspect is never told after its dead): a batch waits
@@ -219,12 +220,13 @@ func (d *Detector) health(delta int) {
 // agents started at once on 2 cores, joining one seed: with the pile, both
 // cores stayed busy past 3 minutes and no agent listed all 100 alive;
 // without it, two runs converged in 62 and 67 s (by hand; the issue 14
-// note has the rest).
+// note has the rest). The word to a suspect, which may well not answer,
+// goes on its own, one at a time, and holds no round up.
 func (d *Detector) gossip(ctx context.Context) {
 	now := time.Now()
 	d.with(func(m *Members) []Change { return m.Tick(now) })
 	d.mu.Lock()
-	pending, suspects := d.m.Pending(), d.m.Suspects() > 0
+	pending, suspects := d.m.Pending(), d.m.Suspects() > 0 && d.telling == ""
 	d.mu.Unlock()
 	var near []string
 	if (pending || suspects) && d.cfg.Neighbours != nil {
@@ -233,32 +235,45 @@ func (d *Detector) gossip(ctx context.Context) {
 	d.mu.Lock()
 	var to []string
 	if pending {
-		to = d.gossipTargets(near)
+		to = d.gossipTargets(near, d.telling)
 	}
-	if s, ok := d.m.RandomSuspect(); ok && !contains(to, s) {
+	suspect := ""
+	if s, ok := d.m.RandomSuspect(); ok && suspects && !contains(to, s) {
 		if d.cfg.Neighbours == nil || slices.Contains(near, s) || now.Sub(d.farTold) >= d.cfg.ProbeInterval {
-			to = append(to, s)
+			suspect, d.telling = s, s
 			if d.cfg.Neighbours != nil && !slices.Contains(near, s) {
 				d.farTold = now
 			}
 		}
 	}
 	d.mu.Unlock()
+	if suspect != "" {
+		go func() {
+			d.send(ctx, suspect)
+			d.mu.Lock()
+			d.telling = ""
+			d.mu.Unlock()
+		}()
+	}
 	var wg sync.WaitGroup
 	for _, node := range to {
-		msg := d.message(node)
-		if len(msg.Updates) == 0 {
-			continue
-		}
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
-			defer cancel()
-			if ack, err := d.tr.Ping(ctx, node, msg); err == nil {
-				d.receive(ack)
-			}
-		})
+		wg.Go(func() { d.send(ctx, node) })
 	}
 	wg.Wait()
+}
+
+// send gives node what there is to tell it, if anything, and takes in
+// its answer.
+func (d *Detector) send(ctx context.Context, node string) {
+	msg := d.message(node)
+	if len(msg.Updates) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ProbeTimeout)
+	defer cancel()
+	if ack, err := d.tr.Ping(ctx, node, msg); err == nil {
+		d.receive(ack)
+	}
 }
 
 // helpers is whom to ask to probe target: IndirectChecks alive members,
@@ -279,14 +294,16 @@ func (d *Detector) helpers(near []string, target string) []string {
 
 // gossipTargets is whom changes go to this round: GossipNodes of the
 // neighbours, or of all members if there are no neighbours to ask or none
-// is a member. Called under mu.
-func (d *Detector) gossipTargets(near []string) []string {
+// is a member; never skip (a suspect a word is in flight to). Called
+// under mu.
+func (d *Detector) gossipTargets(near []string, skip string) []string {
 	if d.cfg.Neighbours != nil {
+		near = slices.DeleteFunc(slices.Clone(near), func(n string) bool { return n == skip })
 		if to := d.m.RandomOf(d.cfg.GossipNodes, near); len(to) > 0 {
 			return to
 		}
 	}
-	return d.m.Random(d.cfg.GossipNodes, true)
+	return d.m.Random(d.cfg.GossipNodes, true, skip)
 }
 
 // HandlePing answers a probe (or gossip) from node from.

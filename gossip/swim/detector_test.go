@@ -195,17 +195,27 @@ func TestProbesStayWithNeighbours(t *testing.T) {
 }
 
 // hungFleet answers nothing until the caller gives up, and notes the most
-// gossip messages it held at once.
+// messages it held at once, in all and to any one node.
 type hungFleet struct {
-	in, peak atomic.Int32
+	mu             sync.Mutex
+	in             map[string]int
+	all, peak, one int
 }
 
-func (h *hungFleet) Ping(ctx context.Context, _ string, _ Message) (Message, error) {
-	n := h.in.Add(1)
-	defer h.in.Add(-1)
-	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+func (h *hungFleet) Ping(ctx context.Context, node string, _ Message) (Message, error) {
+	h.mu.Lock()
+	if h.in == nil {
+		h.in = map[string]int{}
 	}
+	h.in[node]++
+	h.all++
+	h.peak, h.one = max(h.peak, h.all), max(h.one, h.in[node])
+	h.mu.Unlock()
 	<-ctx.Done()
+	h.mu.Lock()
+	h.in[node]--
+	h.all--
+	h.mu.Unlock()
 	return Message{}, ctx.Err()
 }
 
@@ -219,7 +229,7 @@ func (h *hungFleet) PingReq(ctx context.Context, _, _ string, _ Message) (Messag
 // within the probe timeout (2.5 gossip intervals here) hears less often
 // from each node, instead of each node piling more streams on it every
 // interval, which kept 100 agents starting at once on 2 cores saturated
-// for minutes.
+// for minutes; and one word to a suspect is in flight at a time.
 func TestGossipWaitsForItsRound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var tr hungFleet
@@ -232,11 +242,16 @@ func TestGossipWaitsForItsRound(t *testing.T) {
 			d.Add(fmt.Sprintf("m%02d", i))
 		}
 		d.Announce(1) // a change to spread: 12 sends at 100 members
+		// and a suspect to tell, each gossip interval
+		d.HandlePing("m01", Message{Updates: []Update{{Node: "m00", State: Suspect, From: "m01"}}})
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		d.Run(ctx)
-		if peak, most := tr.peak.Load(), int32(d.cfg.GossipNodes+1); peak > most {
-			t.Fatalf("%d gossip messages in flight at once, want at most %d (one round's, and a word to a suspect)", peak, most)
+		if most := d.cfg.GossipNodes + 1; tr.peak > most {
+			t.Fatalf("%d gossip messages in flight at once, want at most %d (one round's, and a word to a suspect)", tr.peak, most)
+		}
+		if tr.one != 1 {
+			t.Fatalf("%d messages in flight at once to one node, want 1 (the suspect is told once at a time)", tr.one)
 		}
 	})
 }

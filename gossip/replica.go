@@ -35,6 +35,11 @@ type ReplicaConfig struct {
 	SyncTimeout time.Duration
 	// CollectInterval is how often old tombstones are collected.
 	CollectInterval time.Duration
+	// Quiet, if set, names the keys whose entries their authors write
+	// with PutQuiet, for a few nodes only (a job for its targets, an ack
+	// for the job's writer): a pulled entry under one is never passed on
+	// to the whole topic (see relayFresh).
+	Quiet func(key string) bool
 }
 
 // DefaultReplicaConfig returns the agent's defaults for topic.

@@ -2,7 +2,13 @@ package gossip
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // TestCheckResponse: what a puller refuses from a responder before it
@@ -73,5 +79,45 @@ func TestServedWants(t *testing.T) {
 	got := ServedWants(SyncRequest{Want: []uint64{10, 20, 30}}, SyncResponse{Served: 2})
 	if len(got) != 2 || !got[10] || !got[20] {
 		t.Fatalf("ServedWants = %v, want 10 and 20", got)
+	}
+}
+
+// TestToRelay: of what a pull from a peer brought, only the peer's own
+// entries written in the last relayFresh are passed on, at most maxRelay,
+// and none under a quiet key (a job's ack, meant for the job's writer).
+func TestToRelay(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	author, other := peer.ID("author"), peer.ID("other")
+	entry := func(key string, by peer.ID, age time.Duration) *Change {
+		return &Change{Key: key, New: &Signed{Entry: Entry{Key: key, Author: by, HLC: MakeHLC(now.Add(-age).UnixMilli(), 0)}}}
+	}
+	quiet := func(key string) bool { return strings.HasPrefix(key, "jobs/") }
+	keys := func(es []*Signed) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Key)
+		}
+		return out
+	}
+	changes := []*Change{
+		entry("nodes/author", author, time.Second),
+		entry("jobs/1/acks/author", author, time.Second),
+		entry("nodes/other", other, time.Second),
+		entry("tribes/web/members/author/policy", author, relayFresh+time.Second),
+		{Key: "gone"},
+		entry("tribes/db/members/author/policy", author, 0),
+	}
+	if got := keys(toRelay(author, changes, now, quiet)); !slices.Equal(got, []string{"nodes/author", "tribes/db/members/author/policy"}) {
+		t.Fatalf("relayed %v, want the author's fresh entries outside jobs/", got)
+	}
+	if got := keys(toRelay(author, changes, now, nil)); !slices.Contains(got, "jobs/1/acks/author") {
+		t.Fatalf("with no quiet keys: relayed %v, want the ack too", got)
+	}
+	var many []*Change
+	for i := range 2 * maxRelay {
+		many = append(many, entry(fmt.Sprintf("k/%d", i), author, 0))
+	}
+	if got := toRelay(author, many, now, quiet); len(got) != maxRelay {
+		t.Fatalf("relayed %d of %d fresh entries, want at most %d", len(got), len(many), maxRelay)
 	}
 }

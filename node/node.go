@@ -42,6 +42,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -315,6 +316,9 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	rcfg := gossip.DefaultReplicaConfig(stateTopic(cfg.Cluster))
 	rcfg.SyncInterval = cfg.SyncInterval
 	rcfg.Trust = trustOf(cfg)
+	// Jobs go to their targets and acks to the job's writer (PutQuiet),
+	// not to every node.
+	rcfg.Quiet = func(key string) bool { return strings.HasPrefix(key, jobsPrefix) }
 	n.rngMu.Lock()
 	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.rngMu.Unlock()

@@ -106,6 +106,17 @@ func (r *Replica) takePushed(s network.Stream, from peer.ID) (ok bool, err error
 // from wrote it, then stored and applied. A refused entry is counted by
 // reason and changes nothing. It returns the entry taken.
 func (r *Replica) Accept(from peer.ID, raw []byte) (*Signed, error) {
+	e, err := r.Check(from, raw)
+	if err != nil {
+		return nil, err
+	}
+	r.applyRemote([]*Signed{e})
+	return e, nil
+}
+
+// Check is Accept without storing the entry: for a caller that stores it
+// together with a write of its own (PutQuietWith), or later (Apply).
+func (r *Replica) Check(from peer.ID, raw []byte) (*Signed, error) {
 	var e *Signed
 	var err error
 	if len(raw) > MaxEntrySize {
@@ -124,6 +135,12 @@ func (r *Replica) Accept(from peer.ID, raw []byte) (*Signed, error) {
 		r.counters.reject(err)
 		return nil, err
 	}
-	r.applyRemote([]*Signed{e})
 	return e, nil
+}
+
+// Apply stores and applies entries that Check took.
+func (r *Replica) Apply(entries ...*Signed) error {
+	changes, err := r.commit(entries)
+	r.notify(changes)
+	return err
 }

@@ -240,6 +240,14 @@ func (r *Replica) PutQuiet(ctx context.Context, key string, value []byte) (*Sign
 	return r.write(ctx, Entry{Key: key, Value: value}, false)
 }
 
+// PutQuietWith is PutQuiet that stores with the new entry others'
+// entries that Check took, in one store transaction: one disk sync for
+// all, as a job's target stores the job it was handed with its running
+// ack.
+func (r *Replica) PutQuietWith(ctx context.Context, key string, value []byte, with ...*Signed) (*Signed, error) {
+	return r.write(ctx, Entry{Key: key, Value: value}, false, with...)
+}
+
 // Announce publishes s, an entry this node wrote with PutQuiet, if it is
 // still the entry for its key.
 func (r *Replica) Announce(ctx context.Context, s *Signed) {
@@ -256,7 +264,7 @@ func (r *Replica) Delete(ctx context.Context, key string) (*Signed, error) {
 	return r.write(ctx, Entry{Key: key, Deleted: true}, true)
 }
 
-func (r *Replica) write(ctx context.Context, e Entry, publish bool) (*Signed, error) {
+func (r *Replica) write(ctx context.Context, e Entry, publish bool, with ...*Signed) (*Signed, error) {
 	author, err := peer.IDFromPrivateKey(r.key)
 	if err != nil {
 		return nil, err
@@ -272,7 +280,7 @@ func (r *Replica) write(ctx context.Context, e Entry, publish bool) (*Signed, er
 	if err != nil {
 		return nil, err
 	}
-	change, err := r.commit([]*Signed{s})
+	change, err := r.commit(append(slices.Clip(with), s))
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,10 @@ type jobSet struct {
 	// waiting are the job streams that wait for this node's final ack
 	// of their job, by job id (see serveJob).
 	waiting map[string]chan *gossip.Signed
+	// handed are jobs handed to this node and checked but not stored
+	// yet, by key: the job loop stores each with its running ack if it
+	// runs it at once, in one disk sync, else alone (see serveJob).
+	handed map[string]*handedJob
 
 	unreadable    atomic.Int64 // job or ack entries this version cannot read
 	acksPublished atomic.Int64 // acks published because the writer was out of reach
@@ -141,13 +145,21 @@ func (h *jobHost) Now() time.Time { return h.n.now() }
 func (h *jobHost) Jobs() []*jobs.Job {
 	if !h.read {
 		h.live, h.read = h.n.knownJobs(), true
+		for _, hj := range h.n.jobs.pendingHanded() {
+			if _, held := h.n.replica.Version(hj.e.Key); held {
+				continue // stored since knownJobs read: the next step sees it
+			}
+			if j, _, err := h.n.job(hj.e); err == nil {
+				h.live = append(h.live, j)
+			}
+		}
 	}
 	return h.live
 }
 
 func (h *jobHost) Known(id string) bool {
 	_, ok := h.n.replica.Version(jobKey(id))
-	return ok
+	return ok || h.n.jobs.isHanded(jobKey(id))
 }
 
 func (h *jobHost) Acks() map[string]jobs.Ack {
@@ -170,7 +182,16 @@ func (h *jobHost) PutAck(id string, a jobs.Ack) error {
 	n := h.n
 	// Stored (the journal) but not published: an ack is for the job's
 	// writer, where `job wait` most likely runs, and goes there by push.
-	s, err := n.replica.PutQuiet(n.ctx, n.ownAckKey(id), b)
+	// A job handed and not stored yet is stored with it.
+	hj := n.jobs.claimHanded(jobKey(id))
+	var with []*gossip.Signed
+	if hj != nil {
+		with = append(with, hj.e)
+	}
+	s, err := n.replica.PutQuietWith(n.ctx, n.ownAckKey(id), b, with...)
+	if hj != nil {
+		hj.stored(err)
+	}
 	if err != nil {
 		return err
 	}
@@ -322,6 +343,7 @@ func (n *Node) jobLoop() {
 		if err != nil && n.ctx.Err() == nil {
 			n.log.Warn("jobs", "err", err)
 		}
+		n.storeHanded() // the jobs handed that did not start now
 		for _, r := range runs {
 			n.spawn(func() { n.runJob(r) })
 		}

@@ -324,3 +324,29 @@ func TestJobAckPushedWhenTheHandOffDoesNotWait(t *testing.T) {
 		t.Errorf("b published %d acks: the push did not reach a", n)
 	}
 }
+
+// A job handed to a target that runs it at once is stored with its
+// running ack in one store transaction (one disk sync), not alone first:
+// the target commits twice a job (job and running ack, then done).
+func TestHandedJobStoredWithItsRunningAck(t *testing.T) {
+	ctx := context.Background()
+	a := startNode(t, loopbackConfig(t, "a"))
+	bc := loopbackConfig(t, "b")
+	bc.Join = []string{tcpAddr(a)}
+	bc.SyncInterval = time.Hour
+	b := startNode(t, bc)
+	jobTribe(t, a, "t", "echo", []*Node{b})
+	fewest := int64(1 << 62)
+	for range 3 { // the fewest of three: another write may land meanwhile
+		before := b.replica.StoreCommits()
+		j, err := a.SubmitJob(ctx, api.JobRequest{Nodes: []string{"b"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`"x"`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the job done", func() bool { return jobState(t, a, j.ID).State == "done" })
+		fewest = min(fewest, b.replica.StoreCommits()-before)
+	}
+	if fewest != 2 {
+		t.Fatalf("the target committed %d times for a job it ran at once, want 2 (the job with its running ack, then done)", fewest)
+	}
+}

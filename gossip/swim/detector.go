@@ -38,7 +38,10 @@ type Detector struct {
 	batch   uint64    // batches of changes the core made (under mu)
 	probes  uint64    // probes begun (under mu): every FarProbeEvery-th goes to the round
 	farTold time.Time // when a suspect that is not a neighbour was last told (under mu)
-	telling string    // the suspect a word is in flight to, if any (under mu)
+	// Messages in flight from gossip (under mu): to whom, and how many of
+	// them are gossip and how many words to suspects.
+	out                map[string]bool
+	gossiping, telling int
 
 	// Changes reach onChange one batch at a time, in the order the core
 	// made them (a suspect is never told after its dead): a batch waits
@@ -213,54 +216,86 @@ func (d *Detector) health(delta int) {
 // neighbour is told at most once a probe interval: the word may cost a
 // connection, and a busy fleet suspects the most.
 //
-// The round ends when its messages are answered or time out: a fleet too
-// busy to answer hears less often from each node, where sending every
-// interval regardless piled streams on it (memberlist's gossip is a UDP
-// datagram; here each message is a stream and an ack). Measured with 100
-// agents started at once on 2 cores, joining one seed: with the pile, both
-// cores stayed busy past 3 minutes and no agent listed all 100 alive;
-// without it, two runs converged in 62 and 67 s (by hand; the issue 14
-// note has the rest). The word to a suspect, which may well not answer,
-// goes on its own, one at a time, and holds no round up.
+// At most GossipNodes messages of gossip are in flight at once, and
+// maxTelling words to suspects, never two to one member: a message
+// answered or timed out frees its place. A fleet too busy to answer
+// hears less often from each node, where sending every interval
+// regardless piled streams on it (memberlist's gossip is a UDP datagram;
+// here each message is a stream and an ack), and a member slow to answer
+// holds up no message to another. Measured with 100 agents started at
+// once on 2 cores, joining one seed: with the pile, both cores stayed busy
+// past 3 minutes and no agent listed all 100 alive; bounded, four runs
+// converged in 62 to 121 s (by hand; the issue 14 note has the rest).
 func (d *Detector) gossip(ctx context.Context) {
 	now := time.Now()
 	d.with(func(m *Members) []Change { return m.Tick(now) })
 	d.mu.Lock()
-	pending, suspects := d.m.Pending(), d.m.Suspects() > 0 && d.telling == ""
+	pending := d.m.Pending() && d.gossiping < d.cfg.GossipNodes
+	suspects := d.m.Suspects() > 0 && d.telling < maxTelling
 	d.mu.Unlock()
+	if !pending && !suspects {
+		return
+	}
 	var near []string
-	if (pending || suspects) && d.cfg.Neighbours != nil {
+	if d.cfg.Neighbours != nil {
 		near = d.cfg.Neighbours() // outside the lock: it asks the transport
 	}
 	d.mu.Lock()
+	if d.out == nil {
+		d.out = map[string]bool{}
+	}
 	var to []string
 	if pending {
-		to = d.gossipTargets(near, d.telling)
+		to = d.gossipTargets(near)
+		to = to[:min(len(to), d.cfg.GossipNodes-d.gossiping)]
 	}
 	suspect := ""
-	if s, ok := d.m.RandomSuspect(); ok && suspects && !contains(to, s) {
+	if s, ok := d.m.RandomSuspect(); ok && suspects && !d.out[s] && !contains(to, s) {
 		if d.cfg.Neighbours == nil || slices.Contains(near, s) || now.Sub(d.farTold) >= d.cfg.ProbeInterval {
-			suspect, d.telling = s, s
+			suspect = s
+			d.telling++
+			d.out[s] = true
 			if d.cfg.Neighbours != nil && !slices.Contains(near, s) {
 				d.farTold = now
 			}
 		}
 	}
+	d.gossiping += len(to)
+	for _, node := range to {
+		d.out[node] = true
+	}
 	d.mu.Unlock()
+	done := func(node string, count *int) {
+		d.mu.Lock()
+		delete(d.out, node)
+		*count--
+		d.mu.Unlock()
+	}
 	if suspect != "" {
 		go func() {
 			d.send(ctx, suspect)
-			d.mu.Lock()
-			d.telling = ""
-			d.mu.Unlock()
+			done(suspect, &d.telling)
 		}()
 	}
-	var wg sync.WaitGroup
 	for _, node := range to {
-		wg.Go(func() { d.send(ctx, node) })
+		go func() {
+			d.send(ctx, node)
+			done(node, &d.gossiping)
+		}()
 	}
-	wg.Wait()
 }
+
+// inFlight is how many messages of gossip (and words to suspects) are in
+// flight.
+func (d *Detector) inFlight() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.out)
+}
+
+// maxTelling bounds the words to suspects in flight at once: a suspect
+// that crashed holds its place until the probe timeout.
+const maxTelling = 2
 
 // send gives node what there is to tell it, if anything, and takes in
 // its answer.
@@ -294,16 +329,19 @@ func (d *Detector) helpers(near []string, target string) []string {
 
 // gossipTargets is whom changes go to this round: GossipNodes of the
 // neighbours, or of all members if there are no neighbours to ask or none
-// is a member; never skip (a suspect a word is in flight to). Called
-// under mu.
-func (d *Detector) gossipTargets(near []string, skip string) []string {
+// is a member; never one a message is in flight to. Called under mu.
+func (d *Detector) gossipTargets(near []string) []string {
 	if d.cfg.Neighbours != nil {
-		near = slices.DeleteFunc(slices.Clone(near), func(n string) bool { return n == skip })
+		near = slices.DeleteFunc(slices.Clone(near), func(n string) bool { return d.out[n] })
 		if to := d.m.RandomOf(d.cfg.GossipNodes, near); len(to) > 0 {
 			return to
 		}
 	}
-	return d.m.Random(d.cfg.GossipNodes, true, skip)
+	busy := make([]string, 0, len(d.out))
+	for n := range d.out {
+		busy = append(busy, n)
+	}
+	return d.m.Random(d.cfg.GossipNodes, true, busy...)
 }
 
 // HandlePing answers a probe (or gossip) from node from.

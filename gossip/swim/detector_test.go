@@ -128,8 +128,12 @@ func TestGossipGoesToNeighbours(t *testing.T) {
 		}
 		got := map[string]int{}
 		for range 50 {
-			d.Announce(1)                  // a change to spread
-			d.gossip(context.Background()) // returns when the round's sends are answered
+			d.Announce(1) // a change to spread
+			d.gossip(context.Background())
+			// The sends run on their own goroutines: wait for this round's.
+			for deadline := time.Now().Add(5 * time.Second); d.inFlight() > 0 && time.Now().Before(deadline); {
+				runtime.Gosched()
+			}
 			for _, n := range tr.sent() {
 				got[n]++
 			}
@@ -194,28 +198,38 @@ func TestProbesStayWithNeighbours(t *testing.T) {
 	}
 }
 
-// hungFleet answers nothing until the caller gives up, and notes the most
-// messages it held at once, in all and to any one node.
+// hungFleet answers nothing until the caller gives up (or, if hung is
+// set, only the members it names; the others at once), and notes the
+// most messages it held at once, in all and to any one member, and the
+// messages each member was sent.
 type hungFleet struct {
+	hung func(node string) bool
+
 	mu             sync.Mutex
-	in             map[string]int
+	in, sent       map[string]int
 	all, peak, one int
 }
 
 func (h *hungFleet) Ping(ctx context.Context, node string, _ Message) (Message, error) {
 	h.mu.Lock()
 	if h.in == nil {
-		h.in = map[string]int{}
+		h.in, h.sent = map[string]int{}, map[string]int{}
 	}
 	h.in[node]++
+	h.sent[node]++
 	h.all++
 	h.peak, h.one = max(h.peak, h.all), max(h.one, h.in[node])
 	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.in[node]--
+		h.all--
+		h.mu.Unlock()
+	}()
+	if h.hung != nil && !h.hung(node) {
+		return Message{}, nil
+	}
 	<-ctx.Done()
-	h.mu.Lock()
-	h.in[node]--
-	h.all--
-	h.mu.Unlock()
 	return Message{}, ctx.Err()
 }
 
@@ -224,13 +238,13 @@ func (h *hungFleet) PingReq(ctx context.Context, _, _ string, _ Message) (Messag
 	return Message{}, ctx.Err()
 }
 
-// TestGossipWaitsForItsRound: a round of gossip ends when its messages are
-// answered or time out, before the next starts. A fleet too busy to answer
-// within the probe timeout (2.5 gossip intervals here) hears less often
-// from each node, instead of each node piling more streams on it every
-// interval, which kept 100 agents starting at once on 2 cores saturated
-// for minutes; and one word to a suspect is in flight at a time.
-func TestGossipWaitsForItsRound(t *testing.T) {
+// TestGossipInFlightIsBounded: at most GossipNodes messages of gossip and
+// 2 words to suspects are in flight at once, never two to one
+// member. A fleet too busy to answer within the probe timeout (2.5
+// gossip intervals here) hears less often from each node, instead of
+// each node piling more streams on it every interval, which kept 100
+// agents starting at once on 2 cores saturated for minutes.
+func TestGossipInFlightIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var tr hungFleet
 		cfg := Config{Self: "self", ProbeInterval: time.Hour, ProbeTimeout: 500 * time.Millisecond}
@@ -242,16 +256,56 @@ func TestGossipWaitsForItsRound(t *testing.T) {
 			d.Add(fmt.Sprintf("m%02d", i))
 		}
 		d.Announce(1) // a change to spread: 12 sends at 100 members
-		// and a suspect to tell, each gossip interval
-		d.HandlePing("m01", Message{Updates: []Update{{Node: "m00", State: Suspect, From: "m01"}}})
+		// and suspects to tell, each gossip interval
+		for i := range 5 {
+			d.HandlePing("m99", Message{Updates: []Update{{Node: fmt.Sprintf("m%02d", i), State: Suspect, From: "m99"}}})
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		d.Run(ctx)
-		if most := d.cfg.GossipNodes + 1; tr.peak > most {
-			t.Fatalf("%d gossip messages in flight at once, want at most %d (one round's, and a word to a suspect)", tr.peak, most)
+		synctest.Wait()
+		if most := d.cfg.GossipNodes + maxTelling; tr.peak > most {
+			t.Fatalf("%d messages in flight at once, want at most %d (%d of gossip, %d words to suspects)", tr.peak, most, d.cfg.GossipNodes, maxTelling)
 		}
 		if tr.one != 1 {
-			t.Fatalf("%d messages in flight at once to one node, want 1 (the suspect is told once at a time)", tr.one)
+			t.Fatalf("%d messages in flight at once to one member, want 1", tr.one)
+		}
+	})
+}
+
+// TestSlowMemberHoldsNoGossipUp: a suspect that hangs until the probe
+// timeout holds up no message to the others, and is told of its
+// suspicion again each time its last word ends.
+func TestSlowMemberHoldsNoGossipUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := hungFleet{hung: func(node string) bool { return node == "m0" }}
+		cfg := Config{Self: "self", ProbeInterval: time.Hour, ProbeTimeout: 500 * time.Millisecond}
+		d, err := New(cfg, &tr, rand.New(rand.NewPCG(9, 10)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"m0", "m1", "m2"} {
+			d.Add(m)
+		}
+		d.HandlePing("m1", Message{Updates: []Update{{Node: "m0", State: Suspect, From: "m1"}}})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		go func() { // changes to spread all along
+			for inc := uint64(2); ctx.Err() == nil; inc++ {
+				d.Announce(inc)
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		d.Run(ctx)
+		synctest.Wait()
+		// 50 gossip intervals of 200 ms: about 2 messages each to m1 and
+		// m2 (m0 has one in flight most of the time); had each waited for
+		// m0's answer, one interval in 2.5.
+		if others := tr.sent["m1"] + tr.sent["m2"]; others < 80 {
+			t.Fatalf("m1 and m2 were sent %d messages in 10 s, want about 100: the hung m0 held gossip up", others)
+		}
+		if tr.sent["m0"] < 10 {
+			t.Fatalf("the hung suspect m0 was sent %d messages in 10 s, want one each probe timeout (about 20)", tr.sent["m0"])
 		}
 	})
 }

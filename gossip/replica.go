@@ -35,10 +35,10 @@ type ReplicaConfig struct {
 	SyncTimeout time.Duration
 	// CollectInterval is how often old tombstones are collected.
 	CollectInterval time.Duration
-	// Quiet, if set, names the keys whose entries their authors write
-	// with PutQuiet, for a few nodes only (a job for its targets, an ack
-	// for the job's writer): a pulled entry under one is never passed on
-	// to the whole topic (see relayFresh).
+	// Quiet, if set, names the keys whose entries are for a few nodes
+	// only (a job for its targets, an ack for the job's writer), which
+	// their authors publish themselves if they must: a pulled entry under
+	// one is never passed on to the whole topic (see relayFresh).
 	Quiet func(key string) bool
 }
 
@@ -280,11 +280,15 @@ func (r *Replica) write(ctx context.Context, e Entry, publish bool, with ...*Sig
 	if err != nil {
 		return nil, err
 	}
-	change, err := r.commit(append(slices.Clip(with), s))
+	changes, err := r.commit(append(slices.Clip(with), s))
+	r.notify(changes)
 	if err != nil {
-		return nil, err
+		if !slices.ContainsFunc(changes, func(c *Change) bool { return c.New == s }) {
+			return nil, err
+		}
+		// Stored: what failed was another's entry written with it.
+		r.log.Warn("storing entries written with this node's", "key", s.Key, "err", err)
 	}
-	r.notify(change)
 	if publish && r.topic != nil && !r.holdUnsent(s) {
 		r.publish(ctx, s)
 	}

@@ -159,7 +159,8 @@ func (n *Node) serveJob(s network.Stream) {
 	}
 	defer n.jobs.handing.Release(from)
 	defer s.Close()
-	s.SetDeadline(time.Now().Add(jobHandTimeout + jobAnswerWait))
+	dl := time.Now().Add(jobHandTimeout + jobAnswerWait)
+	s.SetDeadline(dl)
 	b, err := io.ReadAll(io.LimitReader(s, gossip.MaxEntrySize+1))
 	if err != nil {
 		s.Reset()
@@ -170,17 +171,21 @@ func (n *Node) serveJob(s network.Stream) {
 		n.jobs.handRefused.Add(1)
 		err = fmt.Errorf("%s is not a job", e.Key)
 	}
+	var id string
+	var ch chan *gossip.Signed
 	if err == nil {
-		err = n.keepHanded(e)
+		// Waiting before the job is stored: an ack written with it (as
+		// expired) comes here, not by push as well.
+		id = strings.TrimPrefix(e.Key, jobsPrefix)
+		ch = n.jobs.await(id)
+		defer n.jobs.unawait(id, ch)
+		err = n.keepHanded(e, dl.Add(-jobAnswerWait))
 	}
 	if err != nil {
 		n.log.Debug("refused a job handed by a peer", "from", from, "err", err)
 		s.Write([]byte{0})
 		return
 	}
-	id := strings.TrimPrefix(e.Key, jobsPrefix)
-	ch := n.jobs.await(id)
-	defer n.jobs.unawait(id, ch)
 	if _, err := s.Write([]byte{1}); err != nil {
 		s.Reset()
 		return
@@ -224,11 +229,12 @@ func (h *handedJob) stored(err error) {
 // target then syncs its disk twice a job, not three times; with 25 agents
 // on one disk the syncs were most of a job's time), else alone. A job
 // held here already, in any version, is stored at once: the state's rules
-// say which version stands.
-func (n *Node) keepHanded(e *gossip.Signed) error {
+// say which version stands. Past by it gives up (the loop may still store
+// the job, and run it: the writer, told it was refused, publishes it too).
+func (n *Node) keepHanded(e *gossip.Signed, by time.Time) error {
+	_, held := n.replica.Version(e.Key)
 	s := &n.jobs
 	s.mu.Lock()
-	_, held := n.replica.Version(e.Key)
 	hj := s.handed[e.Key]
 	switch {
 	case held || (hj != nil && hj.e.Hash != e.Hash):
@@ -243,12 +249,13 @@ func (n *Node) keepHanded(e *gossip.Signed) error {
 	}
 	s.mu.Unlock()
 	s.pokeLoop()
-	t := time.NewTimer(jobHandTimeout)
+	t := time.NewTimer(time.Until(by))
 	defer t.Stop()
 	select {
 	case <-hj.done:
 		return hj.err
 	case <-t.C:
+		n.jobs.handUnstored.Add(1)
 		return errors.New("the job loop did not store the job in time")
 	case <-n.ctx.Done():
 		return n.ctx.Err()

@@ -66,6 +66,7 @@ type jobSet struct {
 	acksPublished atomic.Int64 // acks published because the writer was out of reach
 	handRefused   atomic.Int64 // job streams that carried no job this node takes
 	handBusy      atomic.Int64 // job streams refused: too many open, or the peer cooling down
+	handUnstored  atomic.Int64 // job streams answered refused: the job loop did not store the job in time
 	handing       *gossip.Slots
 	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
 }
@@ -343,10 +344,10 @@ func (n *Node) jobLoop() {
 		if err != nil && n.ctx.Err() == nil {
 			n.log.Warn("jobs", "err", err)
 		}
-		n.storeHanded() // the jobs handed that did not start now
 		for _, r := range runs {
 			n.spawn(func() { n.runJob(r) })
 		}
+		n.storeHanded() // the jobs handed that did not start now
 		if !at.IsZero() {
 			wake.Reset(max(at.Sub(n.now()), 10*time.Millisecond))
 		}

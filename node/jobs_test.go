@@ -350,3 +350,37 @@ func TestHandedJobStoredWithItsRunningAck(t *testing.T) {
 		t.Fatalf("the target committed %d times for a job it ran at once, want 2 (the job with its running ack, then done)", fewest)
 	}
 }
+
+// A job handed to a target busy with the one before it (jobs of a tribe
+// run one at a time) is stored at once by the job loop, alone, while the
+// first runs: its hand-off is answered, not held until it starts.
+func TestHandedJobQueuedBehindAnother(t *testing.T) {
+	ctx := context.Background()
+	a := startNode(t, loopbackConfig(t, "a"))
+	bc := loopbackConfig(t, "b")
+	bc.Join = []string{tcpAddr(a)}
+	bc.Exec = plugins.ExecConfig{Commands: map[string]plugins.Command{"long": {Argv: []string{"sleep", "60"}}, "nap": {Argv: []string{"true"}}}}
+	b := startNode(t, bc)
+	jobTribe(t, a, "t", "exec", []*Node{b})
+	var ids []string
+	for _, cmd := range []string{"long", "nap"} {
+		j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "exec", Method: "run", Args: json.RawMessage(`{"command":"` + cmd + `"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	waitFor(t, "the second job stored on b, not waiting for the first to end", func() bool {
+		_, ok := b.replica.Get(jobKey(ids[1]))
+		return ok && !b.jobs.isHanded(jobKey(ids[1]))
+	})
+	if first, _ := b.ownAck(ids[0]); first.State != jobs.Running {
+		t.Fatalf("the first job is %s, want running", first.State)
+	}
+	if second, ok := b.ownAck(ids[1]); ok {
+		t.Fatalf("the second job is %s, want queued behind the first (no ack yet)", second.State)
+	}
+	if n := b.jobs.handUnstored.Load() + b.jobs.handRefused.Load(); n != 0 {
+		t.Fatalf("%d hand-offs refused or left unstored", n)
+	}
+}

@@ -248,6 +248,15 @@ func (r *Replica) PutQuietWith(ctx context.Context, key string, value []byte, wi
 	return r.write(ctx, Entry{Key: key, Value: value}, false, with...)
 }
 
+// TopicPeers are the peers pubsub lists in the state topic: those this
+// node exchanges published entries with.
+func (r *Replica) TopicPeers() []peer.ID {
+	if r.topic == nil {
+		return nil
+	}
+	return r.topic.ListPeers()
+}
+
 // Announce publishes s, an entry this node wrote with PutQuiet, if it is
 // still the entry for its key.
 func (r *Replica) Announce(ctx context.Context, s *Signed) {

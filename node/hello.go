@@ -345,15 +345,16 @@ func (n *Node) relinkSoon(p peer.ID) {
 // loop) before the peer connects again.
 const relinkDelay = 2 * time.Second
 
-// relink starts over the link to a peer that restarted while we held a
-// connection to its previous run. That connection is dead but not yet
-// known to be (QUIC notices after its idle timeout, 30 s), and pubsub
-// writes to the peer on it, taking the peer's new connection for a
-// duplicate: nothing published here reaches the peer until then. Closing
-// every connection to it and dialling again after relinkDelay gives pubsub
-// a clean new peer on both sides.
+// relink starts over the link to a peer: one that restarted while we
+// held a connection to its previous run, or one missing from the state
+// topic while connected (topiclink.go). After a restart the old
+// connection is dead but not yet known to be (QUIC notices after its idle
+// timeout, 30 s), and pubsub writes to the peer on it, taking the peer's
+// new connection for a duplicate: nothing published here reaches the peer
+// until then. Closing every connection to it and dialling again after
+// relinkDelay gives pubsub a clean new peer on both sides.
 func (n *Node) relink(p peer.ID) {
-	n.log.Debug("peer restarted while connected: reconnecting", "peer", p)
+	n.log.Debug("relinking a peer", "peer", p)
 	n.relinks.Add(1)
 	n.host.Network().ClosePeer(p)
 	select {

@@ -116,7 +116,7 @@ type Node struct {
 	rng   *rand.Rand
 	boot  string // random per start, in our hello
 
-	relinks atomic.Int64 // links started over because the peer restarted (relink)
+	relinks atomic.Int64 // links started over: the peer restarted, or was missing from the topic (relink)
 	// joinRedials is --join connections closed for want of a hello (keepJoined).
 	joinRedials atomic.Int64
 	relinkMu    sync.Mutex       // guards relinking
@@ -413,6 +413,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.spawn(func() { n.keepJoined(j) })
 	}
 	n.spawn(n.discoveryLoop)
+	n.spawn(n.topicLinkLoop)
 	n.spawn(n.saveLoop)
 	n.watchForced()
 	n.spawn(n.recordLoop)

@@ -290,13 +290,21 @@ func TestSlowMemberHoldsNoGossipUp(t *testing.T) {
 		d.HandlePing("m1", Message{Updates: []Update{{Node: "m0", State: Suspect, From: "m1"}}})
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		go func() { // changes to spread all along
-			for inc := uint64(2); ctx.Err() == nil; inc++ {
+		var announcing sync.WaitGroup
+		announcing.Go(func() { // changes to spread all along
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for inc := uint64(2); ; inc++ {
 				d.Announce(inc)
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
 			}
-		}()
+		})
 		d.Run(ctx)
+		announcing.Wait()
 		synctest.Wait()
 		// 50 gossip intervals of 200 ms: about 2 messages each to m1 and
 		// m2 (m0 has one in flight most of the time); had each waited for

@@ -325,17 +325,25 @@ func TestJobAckPushedWhenTheHandOffDoesNotWait(t *testing.T) {
 	}
 }
 
+// writerAndTarget starts a and b, b joining a (with set's changes to its
+// config), in tribe t with plugin loaded on b.
+func writerAndTarget(t *testing.T, plugin string, set func(*Config)) (a, b *Node) {
+	t.Helper()
+	a = startNode(t, loopbackConfig(t, "a"))
+	bc := loopbackConfig(t, "b")
+	bc.Join = []string{tcpAddr(a)}
+	set(&bc)
+	b = startNode(t, bc)
+	jobTribe(t, a, "t", plugin, []*Node{b})
+	return a, b
+}
+
 // A job handed to a target that runs it at once is stored with its
 // running ack in one store transaction (one disk sync), not alone first:
 // the target commits twice a job (job and running ack, then done).
 func TestHandedJobStoredWithItsRunningAck(t *testing.T) {
 	ctx := context.Background()
-	a := startNode(t, loopbackConfig(t, "a"))
-	bc := loopbackConfig(t, "b")
-	bc.Join = []string{tcpAddr(a)}
-	bc.SyncInterval = time.Hour
-	b := startNode(t, bc)
-	jobTribe(t, a, "t", "echo", []*Node{b})
+	a, b := writerAndTarget(t, "echo", func(c *Config) { c.SyncInterval = time.Hour })
 	fewest := int64(1 << 62)
 	for range 3 { // the fewest of three: another write may land meanwhile
 		before := b.replica.StoreCommits()
@@ -356,12 +364,9 @@ func TestHandedJobStoredWithItsRunningAck(t *testing.T) {
 // first runs: its hand-off is answered, not held until it starts.
 func TestHandedJobQueuedBehindAnother(t *testing.T) {
 	ctx := context.Background()
-	a := startNode(t, loopbackConfig(t, "a"))
-	bc := loopbackConfig(t, "b")
-	bc.Join = []string{tcpAddr(a)}
-	bc.Exec = plugins.ExecConfig{Commands: map[string]plugins.Command{"long": {Argv: []string{"sleep", "60"}}, "nap": {Argv: []string{"true"}}}}
-	b := startNode(t, bc)
-	jobTribe(t, a, "t", "exec", []*Node{b})
+	a, b := writerAndTarget(t, "exec", func(c *Config) {
+		c.Exec = plugins.ExecConfig{Commands: map[string]plugins.Command{"long": {Argv: []string{"sleep", "60"}}, "nap": {Argv: []string{"true"}}}}
+	})
 	var ids []string
 	for _, cmd := range []string{"long", "nap"} {
 		j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "exec", Method: "run", Args: json.RawMessage(`{"command":"` + cmd + `"}`)})

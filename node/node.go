@@ -316,8 +316,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	rcfg := gossip.DefaultReplicaConfig(stateTopic(cfg.Cluster))
 	rcfg.SyncInterval = cfg.SyncInterval
 	rcfg.Trust = trustOf(cfg)
-	// Jobs go to their targets and acks to the job's writer (PutQuiet),
-	// not to every node.
+	// Jobs go to their targets and acks to the job's writer, not to
+	// every node: a pulled one is never passed on.
 	rcfg.Quiet = func(key string) bool { return strings.HasPrefix(key, jobsPrefix) }
 	n.rngMu.Lock()
 	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -53,21 +55,36 @@ func staleTopicLinks(connected []peer.ID, inTopic map[peer.ID]bool, missing map[
 	return stale
 }
 
-// topicLinkLoop relinks the connected peers of the cluster that stay
-// missing from the state topic (staleTopicLinks), checking every probe
-// interval.
+// topicLinkLoop relinks the connected peers of the cluster that count
+// (admitted or trusted, or anyone in an open cluster) and stay missing
+// from the state topic (staleTopicLinks), checking every probe interval.
+// A peer is relinked at most once in topicLinkRetry graces: a peer that
+// never joins the topic (it cannot be made to) is dialled again that
+// often, not every grace, at addresses it named itself.
 func (n *Node) topicLinkLoop() {
 	every := n.cfg.ProbeInterval
 	grace := topicLinkGrace * every
 	missing := map[peer.ID]time.Time{}
+	relinked := map[peer.ID]time.Time{}
 	for n.sleep(every) {
+		now := n.now()
 		inTopic := map[peer.ID]bool{}
 		for _, p := range n.replica.TopicPeers() {
 			inTopic[p] = true
 		}
-		for _, p := range staleTopicLinks(n.ConnectedPeers(), inTopic, missing, n.now(), grace) {
+		rules := n.rules()
+		connected := slices.DeleteFunc(n.ConnectedPeers(), func(p peer.ID) bool {
+			return !rules.Counts(p) || now.Sub(relinked[p]) < topicLinkRetry*grace
+		})
+		for _, p := range staleTopicLinks(connected, inTopic, missing, now, grace) {
 			n.log.Info("peer connected but missing from the state topic: reconnecting", "peer", p)
+			relinked[p] = now
 			n.relinkSoon(p)
 		}
+		maps.DeleteFunc(relinked, func(_ peer.ID, at time.Time) bool { return now.Sub(at) >= topicLinkRetry*grace })
 	}
 }
+
+// topicLinkRetry, in graces, is how long after a relink a peer still
+// missing from the topic waits for the next.
+const topicLinkRetry = 10

@@ -1,12 +1,14 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +61,34 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 	}
 	waitFor(b, "b a member on a", func() bool { return a.isMember("bench", bn.ID()) })
 	args := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`)
+	// The least a process boundary costs here: a line to cat and back,
+	// alternated with the calls (the VM's wake-ups of an idle process
+	// are most of it).
+	var pipe func() time.Duration
+	if catPath, err := exec.LookPath("cat"); err == nil {
+		cat := exec.Command(catPath)
+		in, _ := cat.StdinPipe()
+		out, _ := cat.StdoutPipe()
+		if err := cat.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { in.Close(); cat.Wait() })
+		line, got := append(append([]byte{}, args...), '\n'), make([]byte, 4096)
+		pipe = func() time.Duration {
+			start := time.Now()
+			in.Write(line)
+			for n := 0; n < len(line); {
+				m, err := out.Read(got[n:])
+				if err != nil {
+					b.Fatal(err)
+				}
+				n += m
+			}
+			return time.Since(start)
+		}
+	} else {
+		b.Log("cat is not installed: the pipe baseline is left out")
+	}
 	call := func(plugin string) time.Duration {
 		start := time.Now()
 		r := plugins.Call(ctx, a.host, bn.ID(), plugins.Request{ID: "x", Tribe: "bench", Plugin: plugin, Method: "echo", Args: args})
@@ -74,17 +104,31 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 			call(name)
 		}
 	}
+	cpu0 := map[string]time.Duration{}
+	for _, name := range names[1:] {
+		cpu0[name] = processCPU(b, filepath.Join(dir, name))
+	}
 	b.ResetTimer()
 	for range b.N {
 		for range seq {
 			for _, name := range names {
 				lat[name] += call(name)
 			}
+			if pipe != nil {
+				lat["pipe"] += pipe()
+			}
 		}
 	}
 	b.StopTimer()
+	for _, name := range names[1:] {
+		used := processCPU(b, filepath.Join(dir, name)) - cpu0[name]
+		b.ReportMetric(float64(used.Microseconds())/float64(seq*b.N), name+"_cpu_us")
+	}
 	per := func(name string) float64 { return float64(lat[name].Microseconds()) / float64(seq*b.N) }
 	b.ReportMetric(per("echo"), "builtin_us")
+	if pipe != nil {
+		b.ReportMetric(per("pipe"), "pipe_us")
+	}
 	for _, name := range names[1:] {
 		b.ReportMetric(per(name), name+"_us")
 		b.ReportMetric(per(name)/per("echo"), name+"/builtin")
@@ -103,4 +147,28 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 		slices.Sort(starts)
 		b.ReportMetric(float64(starts[len(starts)/2].Microseconds())/1000, name+"_start_ms")
 	}
+}
+
+// processCPU is the CPU time (user and system) the process running the
+// executable (or script) at path has used so far, read from /proc.
+func processCPU(b *testing.B, path string) time.Duration {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		// A script runs as its interpreter with its path as an argument.
+		if err != nil || !slices.ContainsFunc(bytes.Split(cmdline, []byte{0}), func(a []byte) bool { return string(a) == path }) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which is in parentheses.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	}
+	b.Fatalf("no process runs %s", path)
+	return 0
 }

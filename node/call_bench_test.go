@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,37 @@ func serveRawEcho(s network.Stream) {
 		return
 	}
 	s.Write(append(binary.AppendUvarint(nil, n), b...))
+}
+
+// keptEcho is a second baseline: the same echo, many messages on one
+// stream kept open (what a call costs without a stream of its own).
+const keptEcho = "/tribe-bench/kept-echo/1"
+
+func serveKeptEcho(s network.Stream) {
+	defer s.Close()
+	r := bufio.NewReader(s)
+	for {
+		n, err := binary.ReadUvarint(r)
+		if err != nil || n > 1<<20 {
+			s.Reset()
+			return
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			s.Reset()
+			return
+		}
+		if _, err := s.Write(append(binary.AppendUvarint(nil, n), b...)); err != nil {
+			return
+		}
+	}
+}
+
+// selfCPU is the CPU time (user and system) this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func rawEchoCall(ctx context.Context, n *Node, to peer.ID, msg []byte) error {
@@ -70,6 +102,7 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 	cb.Join = []string{tcpAddr(a)}
 	bn := startNode(b, cb)
 	bn.Host().SetStreamHandler(rawEcho, serveRawEcho)
+	bn.Host().SetStreamHandler(keptEcho, serveKeptEcho)
 	ctx := context.Background()
 	waitFor(b, "a and b to know each other", func() bool { return len(a.nodeRecords()) == 2 && len(bn.nodeRecords()) == 2 })
 	if _, err := a.CreateTribe(ctx, "bench"); err != nil {
@@ -88,6 +121,23 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 
 	args := json.RawMessage(`{"payload":"` + strings.Repeat("x", 100) + `"}`)
 	raw := func() error { return rawEchoCall(ctx, a, bn.ID(), args) }
+	ks, err := a.host.NewStream(ctx, bn.ID(), keptEcho)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ks.Close()
+	kr := bufio.NewReader(ks)
+	kept := func() error {
+		if _, err := ks.Write(append(binary.AppendUvarint(nil, uint64(len(args))), args...)); err != nil {
+			return err
+		}
+		l, err := binary.ReadUvarint(kr)
+		if err != nil {
+			return err
+		}
+		_, err = io.ReadFull(kr, make([]byte, l))
+		return err
+	}
 	proto := func() error {
 		r := plugins.Call(ctx, a.host, bn.ID(), plugins.Request{ID: "x", Tribe: "bench", Plugin: "echo", Method: "echo", Args: args})
 		if !r.OK {
@@ -105,13 +155,15 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 		return err
 	}
 	const seq, par, inflight = 300, 2000, 16
-	sequential := func(f func() error) time.Duration {
-		start := time.Now()
+	cpu := map[string]time.Duration{} // both nodes' CPU (one process) in sequential calls
+	sequential := func(kind string, f func() error) time.Duration {
+		start, c0 := time.Now(), selfCPU()
 		for range seq {
 			if err := f(); err != nil {
 				b.Fatal(err)
 			}
 		}
+		cpu[kind] += (selfCPU() - c0) / seq
 		return time.Since(start) / seq
 	}
 	rate := func(f func() error) float64 {
@@ -145,16 +197,19 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 	}
 	// Warm up every path (connections, buffers), then alternate the kinds
 	// within each iteration so drift on a shared machine hits all alike.
-	sequential(raw)
-	sequential(proto)
-	sequential(whole)
-	var latRaw, latProto, latWhole time.Duration
+	sequential("raw", raw)
+	sequential("kept", kept)
+	sequential("proto", proto)
+	sequential("whole", whole)
+	clear(cpu)
+	var latRaw, latKept, latProto, latWhole time.Duration
 	var rateRaw, rateProto, rateWhole float64
 	b.ResetTimer()
 	for range b.N {
-		latRaw += sequential(raw)
-		latProto += sequential(proto)
-		latWhole += sequential(whole)
+		latRaw += sequential("raw", raw)
+		latKept += sequential("kept", kept)
+		latProto += sequential("proto", proto)
+		latWhole += sequential("whole", whole)
 		rateRaw += rate(raw)
 		rateProto += rate(proto)
 		rateWhole += rate(whole)
@@ -168,4 +223,9 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 	b.ReportMetric(rateRaw/n, "raw_calls/s")
 	b.ReportMetric(rateProto/rateRaw, "proto/raw_rate")
 	b.ReportMetric(rateWhole/rateRaw, "node/raw_rate")
+	b.ReportMetric(float64(latKept.Microseconds())/n, "kept_us")
+	b.ReportMetric(float64(latProto)/float64(latKept), "proto/kept_latency")
+	for _, kind := range []string{"raw", "kept", "proto"} {
+		b.ReportMetric(float64(cpu[kind].Microseconds())/n, kind+"_cpu_us")
+	}
 }

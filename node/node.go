@@ -166,7 +166,8 @@ type Node struct {
 	tasks     taskSet
 	jobs      jobSet
 	calls     *plugins.Server
-	names     sync.Map // peer.ID -> cachedName (tribes.go)
+	caller    *plugins.Caller // makes this node's calls, keeping streams open between them
+	names     sync.Map        // peer.ID -> cachedName (tribes.go)
 	auth      authState
 	events    *events.Hub // what `tribe watch` streams (events.go)
 	sheds     shedState   // newcomers turned away (shed.go)
@@ -303,6 +304,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		}
 	}
 	n.calls = plugins.NewServer(n.host, n, n.log, callOpts...)
+	// As many streams kept for the next call as connections kept.
+	n.caller = plugins.NewCaller(n.host, cfg.ConnLow)
 	defer func() {
 		if err != nil && n.ownsHost {
 			n.host.Close()
@@ -500,6 +503,9 @@ func (n *Node) Close() error {
 		}
 		if n.calls != nil {
 			errs = append(errs, n.calls.Close())
+		}
+		if n.caller != nil {
+			errs = append(errs, n.caller.Close())
 		}
 		if n.mdns != nil {
 			errs = append(errs, n.mdns.Close())

@@ -623,7 +623,7 @@ func (n *Node) callOne(ctx context.Context, t callTarget, req plugins.Request) p
 	if fresh {
 		n.learnAddrs(t.id, t.addrs)
 	}
-	resp := plugins.Call(ctx, n.host, t.id, req)
+	resp := n.caller.Call(ctx, t.id, req)
 	if fresh {
 		n.releaseCallConn(t.id)
 	}
@@ -649,6 +649,7 @@ func (n *Node) releaseConn(p peer.ID, keep int) bool {
 	if len(n.host.Network().Peers()) <= keep || n.host.ConnManager().IsProtected(p, "") {
 		return false
 	}
+	n.caller.Drop(p)
 	n.host.Network().ClosePeer(p)
 	return true
 }

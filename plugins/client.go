@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -15,10 +16,105 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// Call makes one call to p and returns its answer. Every way a call can
-// fail comes back as a Response with a Code; Call never waits past ctx,
-// and gives p up as gone when it stays silent for Silence.
+// Call makes one call to p on a stream of its own, closed after it, and
+// returns its answer. Every way a call can fail comes back as a Response
+// with a Code; Call never waits past ctx, and gives p up as gone when it
+// stays silent for Silence. A Caller keeps streams for the next call.
 func Call(ctx context.Context, h host.Host, p peer.ID, req Request) Response {
+	return (&Caller{host: h}).Call(ctx, p, req)
+}
+
+// A Caller makes calls, keeping each stream open after its call (at most
+// keptPerPeer per callee and max in all, each for KeptIdle) so that the
+// next call to that callee skips opening one: a stream's opening and
+// closing cost four-fifths of a call between two agents.
+type Caller struct {
+	host host.Host
+	mu   sync.Mutex
+	kept *keptSet // nil: nothing is kept
+}
+
+// NewCaller makes a caller that keeps at most max streams open between
+// calls.
+func NewCaller(h host.Host, max int) *Caller {
+	return &Caller{host: h, kept: newKeptSet(max, keptPerPeer)}
+}
+
+// keptPerPeer bounds the streams a Caller keeps to one callee: a fan-out
+// calls each callee once; more at once open more and close them after.
+const keptPerPeer = 2
+
+// keptIdle is KeptIdle; tests shorten it.
+var keptIdle = KeptIdle
+
+// Drop closes the streams kept to p (its connection is being closed).
+func (c *Caller) Drop(p peer.ID) {
+	if c.kept == nil {
+		return
+	}
+	c.mu.Lock()
+	gone := c.kept.drop(p)
+	c.mu.Unlock()
+	closeAll(gone)
+}
+
+// Close closes every kept stream.
+func (c *Caller) Close() error {
+	if c.kept == nil {
+		return nil
+	}
+	c.mu.Lock()
+	gone := c.kept.dropAll()
+	c.mu.Unlock()
+	closeAll(gone)
+	return nil
+}
+
+func closeAll(sts []*callStream) {
+	for _, cs := range sts {
+		cs.st.Close()
+	}
+}
+
+// callStream is a stream of ProtocolID and its reader.
+type callStream struct {
+	st   network.Stream
+	br   *bufio.Reader
+	peer peer.ID
+	used time.Time // when its last call ended
+}
+
+// take is a kept stream to p, if there is one.
+func (c *Caller) take(p peer.ID) *callStream {
+	if c.kept == nil {
+		return nil
+	}
+	c.mu.Lock()
+	cs, expired := c.kept.take(p, time.Now(), keptIdle)
+	c.mu.Unlock()
+	closeAll(expired)
+	return cs
+}
+
+// keep keeps cs for the next call to its callee, or closes it.
+func (c *Caller) keep(cs *callStream) {
+	if c.kept == nil {
+		cs.st.Close()
+		return
+	}
+	cs.used = time.Now()
+	c.mu.Lock()
+	kept, expired := c.kept.put(cs, cs.used, keptIdle)
+	c.mu.Unlock()
+	closeAll(expired)
+	if !kept {
+		cs.st.Close()
+	}
+}
+
+// Call makes one call to p: on a kept stream if there is one, else on a
+// new one (see the package function Call).
+func (c *Caller) Call(ctx context.Context, p peer.ID, req Request) Response {
 	if dl, ok := ctx.Deadline(); ok {
 		req.Deadline = max(1, time.Until(dl).Milliseconds())
 	}
@@ -29,7 +125,14 @@ func Call(ctx context.Context, h host.Host, p peer.ID, req Request) Response {
 	if len(b) > MaxRequestSize {
 		return Response{ID: req.ID, Code: CodeTooLarge, Error: "the request is " + byteSize(len(b)) + ", over the " + byteSize(MaxRequestSize) + " limit"}
 	}
-	st, err := h.NewStream(ctx, p, ProtocolID)
+	if cs := c.take(p); cs != nil {
+		resp, fresh := c.callOn(ctx, cs, req, b, true)
+		if !fresh {
+			return resp
+		}
+		// The callee had closed the stream, unread: a new one.
+	}
+	st, err := c.host.NewStream(ctx, p, ProtocolID)
 	if err != nil {
 		if r, ok := ctxFailure(ctx, req.ID); ok {
 			return r
@@ -41,33 +144,51 @@ func Call(ctx context.Context, h host.Host, p peer.ID, req Request) Response {
 		}
 		return Response{ID: req.ID, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error()}
 	}
+	resp, _ := c.callOn(ctx, &callStream{st: st, br: bufio.NewReader(st), peer: p}, req, b, false)
+	return resp
+}
+
+// callOn makes the call req (encoded as b) on cs, then keeps cs or
+// closes it. On a kept stream (reused) that the callee closed before
+// reading the call (it left it idle too long, or is stopping), or that
+// broke before the call was sent, it returns fresh: the call was not
+// made and may be made on a new stream.
+func (c *Caller) callOn(ctx context.Context, cs *callStream, req Request, b []byte, reused bool) (resp Response, fresh bool) {
+	st := cs.st
 	stop := context.AfterFunc(ctx, func() { st.Reset() })
 	defer stop()
 	if err := writeFrame(st, b); err != nil {
 		st.Reset()
 		if r, ok := ctxFailure(ctx, req.ID); ok {
-			return r
+			return r, false
 		}
-		return Response{ID: req.ID, Code: CodeGone, Error: "sending the request: " + err.Error()}
+		if reused {
+			return Response{}, true
+		}
+		return Response{ID: req.ID, Code: CodeGone, Error: "sending the request: " + err.Error()}, false
 	}
-	st.CloseWrite()
-	br := bufio.NewReader(st)
+	heard := false
 	for {
 		st.SetReadDeadline(time.Now().Add(silence))
-		f, err := readFrame(br, MaxResponseSize)
+		f, err := readFrame(cs.br, MaxResponseSize)
 		if err != nil {
 			st.Reset()
 			if r, ok := ctxFailure(ctx, req.ID); ok {
-				return r
+				return r, false
 			}
 			switch {
+			case reused && !heard && errors.Is(err, io.EOF):
+				// A callee closes a stream only between calls: this
+				// one never read the request.
+				return Response{}, true
 			case isTimeout(err):
-				return Response{ID: req.ID, Code: CodeGone, Error: fmt.Sprintf("no word from the node for %v: it crashed or lost its connection", silence)}
+				return Response{ID: req.ID, Code: CodeGone, Error: fmt.Sprintf("no word from the node for %v: it crashed or lost its connection", silence)}, false
 			case errors.Is(err, ErrFrameTooLarge):
-				return Response{ID: req.ID, Code: CodeTooLarge, Error: "response: " + err.Error()}
+				return Response{ID: req.ID, Code: CodeTooLarge, Error: "response: " + err.Error()}, false
 			}
-			return Response{ID: req.ID, Code: CodeGone, Error: "the node went away mid-call: " + err.Error()}
+			return Response{ID: req.ID, Code: CodeGone, Error: "the node went away mid-call: " + err.Error()}, false
 		}
+		heard = true
 		if len(f) == 0 {
 			continue // heartbeat
 		}
@@ -77,11 +198,14 @@ func Call(ctx context.Context, h host.Host, p peer.ID, req Request) Response {
 		}
 		if err != nil {
 			st.Reset()
-			return Response{ID: req.ID, Code: CodeBadResponse, Error: err.Error()}
+			return Response{ID: req.ID, Code: CodeBadResponse, Error: err.Error()}, false
 		}
 		resp.ID = req.ID
-		st.Close()
-		return resp
+		st.SetReadDeadline(time.Time{})
+		if stop() {
+			c.keep(cs)
+		}
+		return resp, false
 	}
 }
 

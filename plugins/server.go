@@ -27,12 +27,18 @@ type Authorizer interface {
 	Authorize(caller peer.ID, req Request) (*Instance, error)
 }
 
-// readTimeout bounds how long a callee waits for the request, and
-// writeTimeout how long it tries to deliver the response.
+// readTimeout bounds how long a callee waits for a stream's first
+// request, and writeTimeout how long it tries to deliver a response.
 const (
 	readTimeout  = 10 * time.Second
 	writeTimeout = 10 * time.Second
 )
+
+// streamIdle is how long a callee keeps a stream open with no call
+// running and none sent: a caller keeps a stream for keptIdle, less, so
+// it never sends a call on a stream the callee is closing (tests shorten
+// both).
+var streamIdle = StreamIdle
 
 // watchAfter is how long a call runs before the callee starts watching
 // for the caller's reset and sending heartbeats.
@@ -189,34 +195,62 @@ func (s *Server) Serve(ctx context.Context, caller peer.ID, req Request) Respons
 	return resp
 }
 
-// handle serves one stream: one request, heartbeats, one response.
+// handle serves one stream: calls one after another, each a request,
+// heartbeats while it runs, and its response; until the caller closes the
+// stream, breaks the protocol, or leaves it idle for streamIdle.
 func (s *Server) handle(st network.Stream) {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	caller := st.Conn().RemotePeer()
-	st.SetReadDeadline(time.Now().Add(readTimeout))
-	b, err := readFrame(bufio.NewReader(st), MaxRequestSize)
-	var req Request
-	if err == nil {
-		req, err = DecodeRequest(b)
-	}
-	if err != nil {
-		code := CodeBadRequest
-		if errors.Is(err, ErrFrameTooLarge) {
-			code = CodeTooLarge
+	// Closing the server ends the wait for a stream's next call.
+	stop := context.AfterFunc(s.ctx, func() { st.SetReadDeadline(time.Now()) })
+	defer stop()
+	br := bufio.NewReader(st)
+	for first := true; ; first = false {
+		wait := streamIdle
+		if first {
+			wait = readTimeout
 		}
-		s.count(code)
-		s.log.Debug("bad call request", "caller", caller, "err", err)
-		s.reply(st, Response{Code: code, Error: err.Error()})
-		return
+		st.SetReadDeadline(time.Now().Add(wait))
+		if s.ctx.Err() != nil {
+			st.Close()
+			return
+		}
+		b, err := readFrame(br, MaxRequestSize)
+		if !first && (errors.Is(err, io.EOF) || isTimeout(err)) {
+			st.Close() // the caller is done with the stream, or left it idle
+			return
+		}
+		var req Request
+		if err == nil {
+			req, err = DecodeRequest(b)
+		}
+		if err != nil {
+			code := CodeBadRequest
+			if errors.Is(err, ErrFrameTooLarge) {
+				code = CodeTooLarge
+			}
+			s.count(code)
+			s.log.Debug("bad call request", "caller", caller, "err", err)
+			s.reply(st, Response{Code: code, Error: err.Error()})
+			st.Close() // what follows a bad frame cannot be read
+			return
+		}
+		st.SetReadDeadline(time.Time{})
+		if !s.serveOnStream(st, br, caller, req) {
+			return
+		}
 	}
-	st.SetReadDeadline(time.Time{})
+}
+
+// serveOnStream runs one call that came on st and answers it there. It
+// reports whether the stream can carry another call.
+func (s *Server) serveOnStream(st network.Stream, br *bufio.Reader, caller peer.ID, req Request) bool {
 	if !s.enter(caller) {
 		s.count(CodeBusy)
 		s.log.Debug("call refused: too many from this caller", "caller", caller, "plugin", req.Plugin)
-		s.reply(st, Response{ID: req.ID, Code: CodeBusy,
+		return s.reply(st, Response{ID: req.ID, Code: CodeBusy,
 			Error: fmt.Sprintf("busy: %d calls from you are already running or waiting here", MaxCallsPerCaller)})
-		return
 	}
 	defer s.leave(caller)
 
@@ -224,15 +258,21 @@ func (s *Server) handle(st network.Stream) {
 	defer cancel()
 	// Calls that end quickly (most) need no helpers; one still running
 	// after watchAfter gets a watcher that cancels it when the caller goes
-	// away (it closed its side after the request, so anything but a clean
-	// end of stream means it gave up) and heartbeats that tell the caller
-	// this node is still at it.
+	// away (a caller waits for the answer before it sends anything more,
+	// so anything but silence or a clean end of its side means it reset
+	// the stream or broke the protocol) and heartbeats that tell the
+	// caller this node is still at it.
 	var wmu sync.Mutex
-	finished := false
+	finished, broken := false, false
+	watching := make(chan struct{})
 	watch := time.AfterFunc(watchAfter, func() {
 		go func() {
-			var one [1]byte
-			if _, err := st.Read(one[:]); err != io.EOF {
+			defer close(watching)
+			// Peek leaves a byte that came for the stream's next reader.
+			if _, err := br.Peek(1); (err == nil || !errors.Is(err, io.EOF)) && !isTimeout(err) {
+				wmu.Lock()
+				broken = !finished
+				wmu.Unlock()
 				cancel()
 			}
 		}()
@@ -261,14 +301,24 @@ func (s *Server) handle(st network.Stream) {
 		}()
 	})
 	resp := s.Serve(ctx, caller, req)
-	watch.Stop()
+	if !watch.Stop() {
+		// The watcher runs: end its wait, so that the stream's next
+		// reader is the only one.
+		st.SetReadDeadline(time.Now())
+		<-watching
+	}
 	wmu.Lock()
 	defer wmu.Unlock()
 	finished = true
-	s.reply(st, resp)
+	if broken {
+		st.Reset()
+		return false
+	}
+	return s.reply(st, resp)
 }
 
-func (s *Server) reply(st network.Stream, resp Response) {
+// reply writes resp on st, and reports whether it could.
+func (s *Server) reply(st network.Stream, resp Response) bool {
 	b, err := json.Marshal(resp)
 	if err == nil && len(b) > MaxResponseSize {
 		resp = Response{ID: resp.ID, Code: CodeTooLarge, Duration: resp.Duration,
@@ -284,7 +334,7 @@ func (s *Server) reply(st network.Stream, resp Response) {
 	st.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := writeFrame(st, b); err != nil {
 		st.Reset()
-		return
+		return false
 	}
-	st.Close()
+	return true
 }

@@ -29,9 +29,11 @@ func Call(ctx context.Context, h host.Host, p peer.ID, req Request) Response {
 // next call to that callee skips opening one: a stream's opening and
 // closing cost four-fifths of a call between two agents.
 type Caller struct {
-	host host.Host
-	mu   sync.Mutex
-	kept *keptSet // nil: nothing is kept
+	host   host.Host
+	mu     sync.Mutex
+	kept   *keptSet    // nil: nothing is kept
+	sweep  *time.Timer // closes kept streams past keptIdle; armed while any is kept
+	closed bool
 }
 
 // NewCaller makes a caller that keeps at most max streams open between
@@ -64,7 +66,11 @@ func (c *Caller) Close() error {
 		return nil
 	}
 	c.mu.Lock()
+	c.closed = true
 	gone := c.kept.dropAll()
+	if c.sweep != nil {
+		c.sweep.Stop()
+	}
 	c.mu.Unlock()
 	closeAll(gone)
 	return nil
@@ -104,12 +110,33 @@ func (c *Caller) keep(cs *callStream) {
 	}
 	cs.used = time.Now()
 	c.mu.Lock()
-	kept, expired := c.kept.put(cs, cs.used, keptIdle)
+	kept, expired := false, []*callStream(nil)
+	if !c.closed {
+		kept, expired = c.kept.put(cs, cs.used, keptIdle)
+	}
+	if kept && c.sweep == nil {
+		c.sweep = time.AfterFunc(keptIdle, c.sweepKept)
+	}
 	c.mu.Unlock()
 	closeAll(expired)
 	if !kept {
 		cs.st.Close()
 	}
+}
+
+// sweepKept closes the kept streams idle for keptIdle, and comes back
+// while any is kept: a stream to a node not called again is closed
+// here, not left for the callee to close.
+func (c *Caller) sweepKept() {
+	c.mu.Lock()
+	expired := c.kept.expire(time.Now(), keptIdle)
+	if c.kept.n > 0 && !c.closed {
+		c.sweep.Reset(keptIdle)
+	} else {
+		c.sweep = nil
+	}
+	c.mu.Unlock()
+	closeAll(expired)
 }
 
 // Call makes one call to p: on a kept stream if there is one, else on a
@@ -177,9 +204,10 @@ func (c *Caller) callOn(ctx context.Context, cs *callStream, req Request, b []by
 				return r, false
 			}
 			switch {
-			case reused && !heard && errors.Is(err, io.EOF):
-				// A callee closes a stream only between calls: this
-				// one never read the request.
+			case reused && !heard && err == io.EOF:
+				// A callee closes a stream (cleanly: a reset is not
+				// io.EOF) only between calls: this one never read
+				// the request.
 				return Response{}, true
 			case isTimeout(err):
 				return Response{ID: req.ID, Code: CodeGone, Error: fmt.Sprintf("no word from the node for %v: it crashed or lost its connection", silence)}, false
@@ -202,8 +230,12 @@ func (c *Caller) callOn(ctx context.Context, cs *callStream, req Request, b []by
 		}
 		resp.ID = req.ID
 		st.SetReadDeadline(time.Time{})
-		if stop() {
+		// The callee keeps the stream by the same rule (server.go). Not
+		// stopped, the context's end has reset it.
+		if stopped := stop(); stopped && carries(resp) && len(b) <= KeptFrame && len(f) <= KeptFrame {
 			c.keep(cs)
+		} else if stopped {
+			st.Close()
 		}
 		return resp, false
 	}

@@ -41,18 +41,7 @@ func (k *keptSet) take(p peer.ID, now time.Time, idle time.Duration) (*callStrea
 func (k *keptSet) put(cs *callStream, now time.Time, idle time.Duration) (bool, []*callStream) {
 	var expired []*callStream
 	if k.n >= k.max {
-		for p, sts := range k.byPeer {
-			live := sts[:0]
-			for _, s := range sts {
-				if now.Sub(s.used) < idle {
-					live = append(live, s)
-				} else {
-					expired = append(expired, s)
-					k.n--
-				}
-			}
-			k.set(p, live)
-		}
+		expired = k.expire(now, idle)
 	}
 	if k.n >= k.max || len(k.byPeer[cs.peer]) >= k.perPeer {
 		return false, expired
@@ -60,6 +49,24 @@ func (k *keptSet) put(cs *callStream, now time.Time, idle time.Duration) (bool, 
 	k.byPeer[cs.peer] = append(k.byPeer[cs.peer], cs)
 	k.n++
 	return true, expired
+}
+
+// expire removes and returns the streams idle for idle at now.
+func (k *keptSet) expire(now time.Time, idle time.Duration) []*callStream {
+	var expired []*callStream
+	for p, sts := range k.byPeer {
+		live := sts[:0]
+		for _, s := range sts {
+			if now.Sub(s.used) < idle {
+				live = append(live, s)
+			} else {
+				expired = append(expired, s)
+				k.n--
+			}
+		}
+		k.set(p, live)
+	}
+	return expired
 }
 
 // drop removes and returns p's streams.

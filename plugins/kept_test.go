@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +29,14 @@ func (p *pair) callStreams() []network.Stream {
 		}
 	}
 	return out
+}
+
+// setFor sets *v to d for the test: restored after everything the test
+// registers later (a pair's server, whose streams read it) has closed.
+func setFor(t *testing.T, v *time.Duration, d time.Duration) {
+	old := *v
+	*v = d
+	t.Cleanup(func() { *v = old })
 }
 
 // waitUntil polls cond until it holds, failing after a minute.
@@ -71,9 +82,8 @@ func TestKeptStreamCarriesTheNextCall(t *testing.T) {
 // A stream the callee closed while it was kept (idle longer than the
 // callee keeps one) is replaced by a new one, and the call runs once.
 func TestKeptStreamClosedByCalleeIsReplaced(t *testing.T) {
-	oldIdle, oldKept := streamIdle, keptIdle
-	streamIdle, keptIdle = 50*time.Millisecond, time.Hour // the wrong way round, on purpose
-	defer func() { streamIdle, keptIdle = oldIdle, oldKept }()
+	setFor(t, &streamIdle, 50*time.Millisecond)
+	setFor(t, &keptIdle, time.Hour) // the wrong way round, on purpose
 	p := newPair(t, nil)
 	close(p.block.release) // block's calls return at once, counted in started
 	c := NewCaller(p.caller, 8)
@@ -95,6 +105,9 @@ func TestKeptStreamClosedByCalleeIsReplaced(t *testing.T) {
 		return n
 	}
 	waitUntil(t, "the callee to close the idle stream", func() bool { return calleeStreams() == 0 })
+	if n := len(p.callStreams()); n != 1 {
+		t.Fatalf("%d streams kept by the caller, want the one the callee closed", n)
+	}
 	if resp := c.Call(ctx, p.callee.ID(), wait); !resp.OK {
 		t.Fatalf("call after the callee closed the kept stream: %+v", resp)
 	}
@@ -106,9 +119,7 @@ func TestKeptStreamClosedByCalleeIsReplaced(t *testing.T) {
 // A kept stream idle for keptIdle is not used again: the next call opens
 // a new one, and the old one is closed.
 func TestKeptStreamExpires(t *testing.T) {
-	old := keptIdle
-	keptIdle = 20 * time.Millisecond
-	defer func() { keptIdle = old }()
+	setFor(t, &keptIdle, 20*time.Millisecond)
 	p := newPair(t, nil)
 	c := NewCaller(p.caller, 8)
 	defer c.Close()
@@ -153,10 +164,10 @@ func TestRequestDuringACallResetsTheStream(t *testing.T) {
 	for {
 		f, err := readFrame(br, MaxResponseSize)
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				t.Fatal("the stream was closed cleanly, want reset")
+			if !errors.Is(err, network.ErrReset) {
+				t.Fatalf("the stream ended with %v, want reset", err)
 			}
-			break // reset
+			break
 		}
 		if len(f) > 0 {
 			t.Fatalf("an answer on a broken stream: %s", f)
@@ -166,9 +177,7 @@ func TestRequestDuringACallResetsTheStream(t *testing.T) {
 
 // Closing the server does not wait for kept streams to go idle.
 func TestServerCloseEndsIdleStreams(t *testing.T) {
-	old := streamIdle
-	streamIdle = time.Hour
-	defer func() { streamIdle = old }()
+	setFor(t, &streamIdle, time.Hour)
 	p := newPair(t, nil)
 	c := NewCaller(p.caller, 8)
 	defer c.Close()
@@ -221,4 +230,161 @@ func TestKeptSet(t *testing.T) {
 	if gone := k.dropAll(); len(gone) != 2 || k.n != 0 {
 		t.Fatalf("dropAll: %d, n %d; want b1 and c, and none left", len(gone), k.n)
 	}
+}
+
+// dropper is a plugin whose first run closes the callee's connection to
+// the caller (as its connection manager may, or a command that restarts
+// the agent) before it answers.
+type dropper struct {
+	runs  atomic.Int32
+	close func()
+}
+
+func (*dropper) Name() string      { return "drop" }
+func (*dropper) Version() string   { return "1" }
+func (*dropper) Kind() Kind        { return Processor }
+func (*dropper) Methods() []string { return []string{"run", "noop"} }
+func (d *dropper) Call(ctx context.Context, m string, _ json.RawMessage) (json.RawMessage, error) {
+	if m == "noop" {
+		return json.RawMessage(`1`), nil
+	}
+	if d.runs.Add(1) == 1 {
+		d.close()
+	}
+	return json.RawMessage(`1`), nil
+}
+
+// A call the callee read on a kept stream, whose connection then closed
+// before any answer, is gone: it is not sent again on a new stream (the
+// reset's error wraps io.EOF, which a callee's clean close of an unread
+// stream also is).
+func TestCallReadThenCutIsNotSentAgain(t *testing.T) {
+	caller, callee := newHost(t), newHost(t)
+	d := &dropper{close: func() { callee.Network().ClosePeer(caller.ID()) }}
+	reg := Builtins(Env{})
+	reg.Register("drop", func(map[string]string) (Plugin, error) { return d, nil })
+	inst, err := reg.Load("drop", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := &tableAuth{allowed: map[peer.ID]bool{caller.ID(): true}, instances: map[string]*Instance{"drop": inst}}
+	s := NewServer(callee, auth, slog.New(slog.DiscardHandler))
+	s.Start()
+	t.Cleanup(func() { s.Close() })
+	if err := caller.Connect(context.Background(), peer.AddrInfo{ID: callee.ID(), Addrs: callee.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCaller(caller, 8)
+	defer c.Close()
+	if r := c.Call(context.Background(), callee.ID(), Request{Plugin: "drop", Method: "noop"}); !r.OK {
+		t.Fatal(r)
+	}
+	r := c.Call(context.Background(), callee.ID(), Request{Plugin: "drop", Method: "run"})
+	if n := d.runs.Load(); n != 1 || r.Code != CodeGone {
+		t.Fatalf("the call ran %d times and answered %+v; want once, and gone", n, r)
+	}
+}
+
+// A Caller keeps at most keptPerPeer streams to one callee: three calls
+// at once leave two kept.
+func TestCallerKeepsAtMostPerPeer(t *testing.T) {
+	p := newPair(t, map[string]string{"concurrency": "3"})
+	c := NewCaller(p.caller, 8)
+	defer c.Close()
+	done := make(chan Response, 3)
+	for range 3 {
+		go func() { done <- c.Call(context.Background(), p.callee.ID(), Request{Plugin: "block", Method: "wait"}) }()
+	}
+	for range 3 {
+		<-p.block.started
+	}
+	close(p.block.release)
+	for range 3 {
+		if r := <-done; !r.OK {
+			t.Fatal(r)
+		}
+	}
+	waitUntil(t, "the third stream to close", func() bool { return len(p.callStreams()) == keptPerPeer })
+}
+
+// A call that was canceled, or refused, or carried more than KeptFrame
+// does not leave its stream kept.
+func TestStreamsNotKept(t *testing.T) {
+	p := newPair(t, nil)
+	c := NewCaller(p.caller, 8)
+	defer c.Close()
+	ctx := context.Background()
+	echoed(t, c.Call(ctx, p.callee.ID(), echoX)) // one kept, reused below
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { <-p.block.started; cancel() }()
+	if r := c.Call(cctx, p.callee.ID(), Request{Plugin: "block", Method: "wait"}); r.Code != CodeCanceled {
+		t.Fatalf("canceled call: %+v", r)
+	}
+	waitUntil(t, "the canceled call's stream to go", func() bool { return len(p.callStreams()) == 0 })
+	big := json.RawMessage(`"` + strings.Repeat("x", KeptFrame) + `"`)
+	if r := c.Call(ctx, p.callee.ID(), Request{Plugin: "echo", Method: "echo", Args: big}); !r.OK {
+		t.Fatalf("big echo: %+v", r)
+	}
+	waitUntil(t, "the big call's stream to close", func() bool { return len(p.callStreams()) == 0 })
+	p.auth.mu.Lock()
+	delete(p.auth.allowed, p.caller.ID())
+	p.auth.mu.Unlock()
+	if r := c.Call(ctx, p.callee.ID(), echoX); r.Code != CodeUnauthorized {
+		t.Fatalf("refused call: %+v", r)
+	}
+	waitUntil(t, "the refused call's stream to close", func() bool { return len(p.callStreams()) == 0 })
+}
+
+// A callee keeps at most maxIdlePerCaller of one caller's streams open
+// waiting for a next call, and closes a refused caller's stream at once.
+func TestCalleeBoundsIdleStreams(t *testing.T) {
+	setFor(t, &streamIdle, time.Hour)
+	p := newPair(t, nil)
+	frame := func(r Request) []byte {
+		b, _ := json.Marshal(r)
+		return append(binary.AppendUvarint(nil, uint64(len(b))), b...)
+	}
+	// open calls on a raw stream and reads the answer; then reports
+	// whether the callee closed the stream within wait.
+	open := func(r Request, wait time.Duration) (Response, bool) {
+		st, err := p.caller.NewStream(context.Background(), p.callee.ID(), ProtocolID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Reset() })
+		st.Write(frame(r))
+		br := bufio.NewReader(st)
+		st.SetReadDeadline(time.Now().Add(time.Minute))
+		f, err := readFrame(br, MaxResponseSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp Response
+		json.Unmarshal(f, &resp)
+		st.SetReadDeadline(time.Now().Add(wait))
+		_, err = br.Peek(1)
+		return resp, err == io.EOF
+	}
+	for i := range maxIdlePerCaller {
+		if r, closed := open(echoX, 200*time.Millisecond); !r.OK || closed {
+			t.Fatalf("stream %d: %+v, closed %v; want answered and kept open", i, r, closed)
+		}
+	}
+	if r, closed := open(echoX, time.Minute); !r.OK || !closed {
+		t.Fatalf("one stream past the bound: %+v, closed %v; want answered and closed", r, closed)
+	}
+	if r, closed := open(Request{Plugin: "nope", Method: "echo"}, time.Minute); r.Code != CodeNotLoaded || !closed {
+		t.Fatalf("a refused call: %+v, closed %v; want not_loaded and closed", r, closed)
+	}
+}
+
+// Kept streams idle for keptIdle are closed without waiting for another
+// call.
+func TestKeptStreamsAreSwept(t *testing.T) {
+	setFor(t, &keptIdle, 20*time.Millisecond)
+	p := newPair(t, nil)
+	c := NewCaller(p.caller, 8)
+	defer c.Close()
+	echoed(t, c.Call(context.Background(), p.callee.ID(), echoX))
+	waitUntil(t, "the kept stream to be swept", func() bool { return len(p.callStreams()) == 0 })
 }

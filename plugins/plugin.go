@@ -1,19 +1,21 @@
 // Package plugins is what a tribe node runs when asked: the Plugin
 // interface, the Registry of plugins a host knows how to build, the
 // built-ins (exec, sys, facts, echo, file), and the remote-call protocol
-// /tribe/call/1.0.0 over libp2p streams.
+// (ProtocolID) over libp2p streams.
 //
 // Drive it like this: build a Registry with Builtins(env); Load an
 // Instance for each (tribe, plugin) the replicated state asks this node to
 // run; serve calls with a Server, whose Authorizer (the node) decides which
-// Instance, if any, a caller may reach; call other nodes with Call, many
-// at once with FanOut.
+// Instance, if any, a caller may reach; call other nodes with a Caller
+// (which keeps streams open between calls) or Call, many at once with
+// FanOut.
 //
 //	plugin.go   the interface, the registry, loaded instances and their limits
 //	builtin*.go the built-in plugins
 //	wire.go     request and response, framing, error codes
-//	server.go   the callee side of /tribe/call/1.0.0
-//	client.go   the caller side: Call and FanOut
+//	server.go   the callee side of the protocol
+//	client.go   the caller side: Caller, Call and FanOut
+//	kept.go     the streams a Caller keeps between calls
 package plugins
 
 import (

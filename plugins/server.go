@@ -75,7 +75,7 @@ func AddLimits(cfg *rcmgr.ScalingLimitConfig) {
 	}, rcmgr.BaseLimitIncrease{})
 }
 
-// Server is the callee side of /tribe/call/1.0.0.
+// Server is the callee side of the call protocol (ProtocolID).
 type Server struct {
 	host host.Host
 	auth Authorizer
@@ -88,6 +88,7 @@ type Server struct {
 	mu       sync.Mutex
 	refused  map[Code]int64
 	inFlight map[peer.ID]int // remote calls by caller
+	idle     map[peer.ID]int // streams waiting for a caller's next call
 
 	served ServedFunc // nil: nobody is told
 }
@@ -110,7 +111,7 @@ func WithServed(f ServedFunc) ServerOption { return func(s *Server) { s.served =
 func NewServer(h host.Host, auth Authorizer, log *slog.Logger, opts ...ServerOption) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel,
-		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}}
+		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}, idle: map[peer.ID]int{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -197,7 +198,8 @@ func (s *Server) Serve(ctx context.Context, caller peer.ID, req Request) Respons
 
 // handle serves one stream: calls one after another, each a request,
 // heartbeats while it runs, and its response; until the caller closes the
-// stream, breaks the protocol, or leaves it idle for streamIdle.
+// stream, breaks the protocol, is refused, or leaves the stream idle for
+// streamIdle.
 func (s *Server) handle(st network.Stream) {
 	s.wg.Add(1)
 	defer s.wg.Done()
@@ -207,25 +209,25 @@ func (s *Server) handle(st network.Stream) {
 	defer stop()
 	br := bufio.NewReader(st)
 	for first := true; ; first = false {
-		wait := streamIdle
-		if first {
-			wait = readTimeout
+		if !first && !s.awaitNext(st, br, caller) {
+			st.Close()
+			return
 		}
-		st.SetReadDeadline(time.Now().Add(wait))
+		st.SetReadDeadline(time.Now().Add(readTimeout))
 		if s.ctx.Err() != nil {
 			st.Close()
 			return
 		}
 		b, err := readFrame(br, MaxRequestSize)
-		if !first && (errors.Is(err, io.EOF) || isTimeout(err)) {
-			st.Close() // the caller is done with the stream, or left it idle
-			return
-		}
 		var req Request
 		if err == nil {
 			req, err = DecodeRequest(b)
 		}
 		if err != nil {
+			if s.ctx.Err() != nil { // the server is closing: not the caller's doing
+				st.Close()
+				return
+			}
 			code := CodeBadRequest
 			if errors.Is(err, ErrFrameTooLarge) {
 				code = CodeTooLarge
@@ -237,15 +239,50 @@ func (s *Server) handle(st network.Stream) {
 			return
 		}
 		st.SetReadDeadline(time.Time{})
-		if !s.serveOnStream(st, br, caller, req) {
+		resp, ok := s.serveOnStream(st, br, caller, req)
+		if !ok {
+			return
+		}
+		if !carries(resp.Response) || len(b) > KeptFrame || resp.size > KeptFrame {
+			st.Close()
 			return
 		}
 	}
 }
 
+// maxIdlePerCaller bounds the streams one caller may keep open on this
+// node between calls (a Caller keeps at most keptPerPeer).
+const maxIdlePerCaller = 2 * keptPerPeer
+
+// awaitNext waits up to streamIdle for the first byte of caller's next
+// call on st, and reports whether it came. A caller already keeping
+// maxIdlePerCaller streams idle here gets no more: st is not waited on.
+func (s *Server) awaitNext(st network.Stream, br *bufio.Reader, caller peer.ID) bool {
+	s.mu.Lock()
+	if s.idle[caller] >= maxIdlePerCaller {
+		s.mu.Unlock()
+		return false
+	}
+	s.idle[caller]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.idle[caller]--; s.idle[caller] <= 0 {
+			delete(s.idle, caller)
+		}
+		s.mu.Unlock()
+	}()
+	st.SetReadDeadline(time.Now().Add(streamIdle))
+	if s.ctx.Err() != nil {
+		return false
+	}
+	_, err := br.Peek(1) // then the frame has readTimeout, as a first one
+	return err == nil
+}
+
 // serveOnStream runs one call that came on st and answers it there. It
-// reports whether the stream can carry another call.
-func (s *Server) serveOnStream(st network.Stream, br *bufio.Reader, caller peer.ID, req Request) bool {
+// returns the answer (its size in size) and whether it could be written.
+func (s *Server) serveOnStream(st network.Stream, br *bufio.Reader, caller peer.ID, req Request) (sized, bool) {
 	if !s.enter(caller) {
 		s.count(CodeBusy)
 		s.log.Debug("call refused: too many from this caller", "caller", caller, "plugin", req.Plugin)
@@ -312,13 +349,19 @@ func (s *Server) serveOnStream(st network.Stream, br *bufio.Reader, caller peer.
 	finished = true
 	if broken {
 		st.Reset()
-		return false
+		return sized{}, false
 	}
 	return s.reply(st, resp)
 }
 
+// sized is a response written, with the size of its frame.
+type sized struct {
+	Response
+	size int
+}
+
 // reply writes resp on st, and reports whether it could.
-func (s *Server) reply(st network.Stream, resp Response) bool {
+func (s *Server) reply(st network.Stream, resp Response) (sized, bool) {
 	b, err := json.Marshal(resp)
 	if err == nil && len(b) > MaxResponseSize {
 		resp = Response{ID: resp.ID, Code: CodeTooLarge, Duration: resp.Duration,
@@ -334,7 +377,7 @@ func (s *Server) reply(st network.Stream, resp Response) bool {
 	st.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := writeFrame(st, b); err != nil {
 		st.Reset()
-		return false
+		return sized{}, false
 	}
-	return true
+	return sized{resp, len(b)}, true
 }

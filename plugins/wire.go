@@ -18,8 +18,10 @@ import (
 // more empty heartbeat frames while the call runs, then one response
 // frame. The caller then sends the next request on the same stream, or
 // closes it; the callee closes a stream that carries no call for
-// StreamIdle. A caller that gives up resets the stream, which cancels the
-// call on the callee; so does one that sends anything while its call runs.
+// StreamIdle, and one whose call was refused or carried a frame over
+// KeptFrame. A caller that gives up resets the stream, which cancels the
+// call on the callee; so does one that sends anything while a call runs
+// past watchAfter (a caller waits for the answer before it sends more).
 // (Opening a stream per call cost 5–6x a message on a stream kept open:
 // BenchmarkCallVsRawStream in node.)
 const ProtocolID = "/tribe/call/2.0.0"
@@ -42,9 +44,20 @@ const (
 	Silence   = 6 * time.Second
 	// StreamIdle is how long a callee keeps a stream with no call on it;
 	// KeptIdle, shorter, how long a caller keeps one for its next call.
-	StreamIdle = time.Minute
+	StreamIdle = 30 * time.Second
 	KeptIdle   = 20 * time.Second
+	// KeptFrame bounds the request and the response of a call whose
+	// stream is kept: a stream that carried more keeps the larger window
+	// yamux gave it, so it is closed after its call.
+	KeptFrame = 64 << 10
 )
+
+// carries reports whether a stream may carry another call after resp:
+// after a call that ran, not after a refusal (a caller refused has no
+// business keeping a stream open on the callee).
+func carries(resp Response) bool {
+	return resp.OK || resp.Code == CodeFailed || resp.Code == CodeTimeout
+}
 
 // heartbeat and silence are Heartbeat and Silence; tests shorten them.
 var (
@@ -143,7 +156,9 @@ func writeFrame(w io.Writer, b []byte) error {
 func readFrame(r *bufio.Reader, max int) ([]byte, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
-		if errors.Is(err, io.EOF) {
+		// Only the other side's clean close is io.EOF: a reset stream's
+		// error wraps io.EOF too (yamux, when the connection closes).
+		if err == io.EOF {
 			return nil, io.EOF
 		}
 		return nil, fmt.Errorf("plugins: frame length: %w", err)

@@ -75,12 +75,17 @@ func TestIndirectProbesKeepACutNodeAlive(t *testing.T) {
 	if err := s.Crash(far); err != nil {
 		t.Fatal(err)
 	}
+	// What is checked is the state the crash leads to (suspect first),
+	// not how soon: far is probed once per round of 5 intervals, and a
+	// make test that shares the 2 cores has taken over a minute to get
+	// there (the detection time is measured in simulated time, by
+	// TestCrashedNodeDeadEverywhere in gossip/swim).
 	select {
 	case e := <-got:
 		if e.State != node.Suspect {
 			t.Fatalf("the crashed node went %s on node 0, want suspect first", e.State)
 		}
-	case <-time.After(time.Minute):
-		t.Fatalf("crashed node %d still %s on node 0 after a minute", far, liveness(far))
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("crashed node %d still %s on node 0 after 3 minutes", far, liveness(far))
 	}
 }

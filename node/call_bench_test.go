@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -26,17 +27,9 @@ const rawEcho = "/tribe-bench/echo/1"
 func serveRawEcho(s network.Stream) {
 	defer s.Close()
 	r := bufio.NewReader(s)
-	n, err := binary.ReadUvarint(r)
-	if err != nil || n > 1<<20 {
+	if err := echoFrame(r, s); err != nil {
 		s.Reset()
-		return
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		s.Reset()
-		return
-	}
-	s.Write(append(binary.AppendUvarint(nil, n), b...))
 }
 
 // keptEcho is a second baseline: the same echo, many messages on one
@@ -47,20 +40,42 @@ func serveKeptEcho(s network.Stream) {
 	defer s.Close()
 	r := bufio.NewReader(s)
 	for {
-		n, err := binary.ReadUvarint(r)
-		if err != nil || n > 1<<20 {
-			s.Reset()
-			return
-		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r, b); err != nil {
-			s.Reset()
-			return
-		}
-		if _, err := s.Write(append(binary.AppendUvarint(nil, n), b...)); err != nil {
+		if err := echoFrame(r, s); err != nil {
+			if err != io.EOF {
+				s.Reset()
+			}
 			return
 		}
 	}
+}
+
+// echoFrame reads one length-prefixed message from r and writes it back.
+func echoFrame(r *bufio.Reader, w io.Writer) error {
+	b, err := recvFrame(r)
+	if err != nil {
+		return err
+	}
+	return sendFrame(w, b)
+}
+
+// sendFrame writes msg with its length before it.
+func sendFrame(w io.Writer, msg []byte) error {
+	_, err := w.Write(append(binary.AppendUvarint(nil, uint64(len(msg))), msg...))
+	return err
+}
+
+// recvFrame reads a message of at most 1 MiB that sendFrame wrote.
+func recvFrame(r *bufio.Reader) ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, err
+	}
+	if n > 1<<20 {
+		return nil, errors.New("echo: a message over 1 MiB")
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(r, b)
+	return b, err
 }
 
 // selfCPU is the CPU time (user and system) this process has used.
@@ -76,16 +91,11 @@ func rawEchoCall(ctx context.Context, n *Node, to peer.ID, msg []byte) error {
 		return err
 	}
 	defer s.Close()
-	if _, err := s.Write(append(binary.AppendUvarint(nil, uint64(len(msg))), msg...)); err != nil {
+	if err := sendFrame(s, msg); err != nil {
 		return err
 	}
 	s.CloseWrite()
-	r := bufio.NewReader(s)
-	l, err := binary.ReadUvarint(r)
-	if err != nil {
-		return err
-	}
-	_, err = io.ReadFull(r, make([]byte, l))
+	_, err = recvFrame(bufio.NewReader(s))
 	return err
 }
 
@@ -132,14 +142,10 @@ func BenchmarkCallVsRawStream(b *testing.B) {
 	defer ks.Close()
 	kr := bufio.NewReader(ks)
 	kept := func() error {
-		if _, err := ks.Write(append(binary.AppendUvarint(nil, uint64(len(args))), args...)); err != nil {
+		if err := sendFrame(ks, args); err != nil {
 			return err
 		}
-		l, err := binary.ReadUvarint(kr)
-		if err != nil {
-			return err
-		}
-		_, err = io.ReadFull(kr, make([]byte, l))
+		_, err := recvFrame(kr)
 		return err
 	}
 	caller := plugins.NewCaller(a.host, 8)

@@ -20,6 +20,13 @@ func BenchmarkFanOutGrowth(b *testing.B) {
 	s := quietCluster(b, Config{Nodes: n, Seed: 11}, false)
 	defer s.Close()
 	caller := s.Node(0)
+	// Joining a node by peer ID needs its record: wait for all of them.
+	if _, err := s.WaitFor(ctx, 5*time.Minute, func() bool {
+		nodes, err := caller.Nodes(ctx, "")
+		return err == nil && len(nodes) == n
+	}); err != nil {
+		b.Fatalf("node 0 does not know all %d nodes: %v", n, err)
+	}
 	sizes := []int{5, 25, n - 1}
 	for _, k := range sizes {
 		tribe := fmt.Sprintf("f%d", k)

@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -116,22 +112,9 @@ func BenchmarkJob25Agents(b *testing.B) {
 // fleetCPU is the CPU time (user and system) the agents' processes used
 // so far, from /proc/<pid>/stat.
 func fleetCPU(b *testing.B, agents []*agentProc) time.Duration {
-	var ticks int64
+	var ms float64
 	for _, a := range agents {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.cmd.Process.Pid))
-		if err != nil {
-			b.Fatal(err)
-		}
-		// Fields after the command name (which may hold spaces), from
-		// the state: utime and stime are the 12th and 13th.
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-		for _, s := range f[11:13] {
-			v, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ticks += v
-		}
+		ms += procCPUms(b, a.cmd.Process.Pid)
 	}
-	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+	return time.Duration(ms * float64(time.Millisecond))
 }

@@ -159,6 +159,7 @@ func TestRequestDuringACallResetsTheStream(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the running call was not canceled")
 	}
+	waitUntil(t, "the broken protocol to be counted", func() bool { return p.server.Refused()[CodeBadRequest] == 1 })
 	st.SetReadDeadline(time.Now().Add(time.Minute))
 	br := bufio.NewReader(st)
 	for {

@@ -300,7 +300,7 @@ func (s *Server) serveOnStream(st network.Stream, br *bufio.Reader, caller peer.
 	// the stream or broke the protocol) and heartbeats that tell the
 	// caller this node is still at it.
 	var wmu sync.Mutex
-	finished, broken := false, false
+	finished, broken, wrote := false, false, false
 	watching := make(chan struct{})
 	watch := time.AfterFunc(watchAfter, func() {
 		go func() {
@@ -308,7 +308,7 @@ func (s *Server) serveOnStream(st network.Stream, br *bufio.Reader, caller peer.
 			// Peek leaves a byte that came for the stream's next reader.
 			if _, err := br.Peek(1); (err == nil || !errors.Is(err, io.EOF)) && !isTimeout(err) {
 				wmu.Lock()
-				broken = !finished
+				broken, wrote = !finished, err == nil && !finished
 				wmu.Unlock()
 				cancel()
 			}
@@ -348,6 +348,10 @@ func (s *Server) serveOnStream(st network.Stream, br *bufio.Reader, caller peer.
 	defer wmu.Unlock()
 	finished = true
 	if broken {
+		if wrote { // not a reset: the caller broke the protocol
+			s.count(CodeBadRequest)
+			s.log.Debug("a caller wrote during its call; stream reset", "caller", caller)
+		}
 		st.Reset()
 		return sized{}, false
 	}

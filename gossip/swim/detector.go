@@ -408,11 +408,20 @@ func (d *Detector) Stats() Stats {
 
 // Leave says this node is leaving to up to GossipNodes × RetransmitMult
 // members at once, and waits for their acks or ctx: the members hear it
-// left instead of suspecting it. Call it before stopping Run.
+// left instead of suspecting it. Call it before stopping Run. With
+// Config.Neighbours set they are neighbours first, and other members only
+// to make up GossipNodes: each that hears it gossips it on, and a message
+// to a member that is not a neighbour may cost a connection. Told at
+// random, a 20-node fleet stopping at once opened two dials in three of
+// all its dials since start.
 func (d *Detector) Leave(ctx context.Context) {
+	var near []string
+	if d.cfg.Neighbours != nil {
+		near = d.cfg.Neighbours()
+	}
 	d.mu.Lock()
 	msg := Message{Updates: []Update{d.m.Leave()}}
-	to := d.m.Random(d.cfg.GossipNodes*d.cfg.RetransmitMult, true)
+	to := d.leaveTargets(near)
 	d.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, node := range to {
@@ -423,6 +432,21 @@ func (d *Detector) Leave(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// leaveTargets is whom Leave tells: up to GossipNodes × RetransmitMult of
+// the neighbours near, made up to GossipNodes with other members; all
+// members at random if Config.Neighbours is not set. Called under mu.
+func (d *Detector) leaveTargets(near []string) []string {
+	k := d.cfg.GossipNodes * d.cfg.RetransmitMult
+	if d.cfg.Neighbours == nil {
+		return d.m.Random(k, true)
+	}
+	to := d.m.RandomOf(k, near)
+	if len(to) < d.cfg.GossipNodes {
+		to = append(to, d.m.Random(d.cfg.GossipNodes-len(to), true, to...)...)
+	}
+	return to
 }
 
 // Snapshot is the members that are not alive (Members.Snapshot), for a

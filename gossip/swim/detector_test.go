@@ -156,6 +156,64 @@ func TestGossipGoesToNeighbours(t *testing.T) {
 	}
 }
 
+// TestLeaveTellsNeighbours: with Config.Neighbours, Leave tells the
+// neighbours that are members (up to GossipNodes × RetransmitMult), and
+// other members only to make up GossipNodes; without it, members at
+// random.
+func TestLeaveTellsNeighbours(t *testing.T) {
+	members := []string{}
+	for i := range 40 {
+		members = append(members, fmt.Sprintf("m%02d", i))
+	}
+	many := members[:20]
+	for _, tc := range []struct {
+		name     string
+		near     []string
+		set      bool
+		want     int // told
+		wantNear int // of them neighbours
+	}{
+		{"three neighbours", []string{"m03", "m07", "m11", "stranger"}, true, 3, 3},
+		{"one neighbour", []string{"m05"}, true, 3, 1},
+		{"none a member", []string{"stranger"}, true, 3, 0},
+		{"more than it tells", many, true, 12, 12},
+		{"no Neighbours", nil, false, 12, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Self: "self", GossipNodes: 3, RetransmitMult: 4}
+			if tc.set {
+				cfg.Neighbours = func() []string { return tc.near }
+			}
+			var tr pingLog
+			d, err := New(cfg, &tr, rand.New(rand.NewPCG(7, 8)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range members {
+				d.Add(m)
+			}
+			d.Leave(context.Background())
+			told := tr.sent()
+			slices.Sort(told)
+			if len(told) != tc.want || len(slices.Compact(slices.Clone(told))) != len(told) {
+				t.Fatalf("told %v, want %d members once each", told, tc.want)
+			}
+			near := 0
+			for _, m := range told {
+				if !slices.Contains(members, m) {
+					t.Fatalf("told %s, not a member", m)
+				}
+				if slices.Contains(tc.near, m) {
+					near++
+				}
+			}
+			if tc.set && near != tc.wantNear {
+				t.Fatalf("told %v: %d neighbours, want %d", told, near, tc.wantNear)
+			}
+		})
+	}
+}
+
 // TestProbesStayWithNeighbours: with Config.Neighbours, one probe in
 // FarProbeEvery goes to the round over all members, the others to
 // neighbours; a failed probe asks neighbours to help.

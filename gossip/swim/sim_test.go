@@ -257,27 +257,52 @@ func TestCrashedNodeDeadEverywhere(t *testing.T) {
 }
 
 // TestLeftNodeIsLeftNotSuspect: a node that leaves cleanly is left on
-// every other node, and nobody suspects it first.
+// every other node, and nobody suspects it first; also when each node
+// has 8 neighbours (as an agent holds about 8 connections), to which the
+// leaver says it and gossip carries it on.
 func TestLeftNodeIsLeftNotSuspect(t *testing.T) {
 	n := 200
-	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, n, 0.01)
-		time.Sleep(5 * time.Second)
-		leaver := c.names[7]
-		c.net.nodes[leaver].Leave(context.Background())
-		c.crash(7) // gone, as a stopped agent is
-		time.Sleep(time.Minute)
-		if got := c.count(leaver, Left); got != n-1 {
-			t.Fatalf("%d of %d nodes hold %s left; %d suspect, %d dead", got, n-1, leaver, c.count(leaver, Suspect), c.count(leaver, Dead))
+	for _, withNeighbours := range []bool{false, true} {
+		t.Run(fmt.Sprintf("neighbours=%v", withNeighbours), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var tune func(*Config)
+				if withNeighbours {
+					tune = neighbourGraph(n, 8)
+				}
+				c := newTunedCluster(t, n, 0.01, nil, tune)
+				time.Sleep(5 * time.Second)
+				leaver := c.names[7]
+				c.net.nodes[leaver].Leave(context.Background())
+				c.crash(7) // gone, as a stopped agent is
+				time.Sleep(time.Minute)
+				if got := c.count(leaver, Left); got != n-1 {
+					t.Fatalf("%d of %d nodes hold %s left; %d suspect, %d dead", got, n-1, leaver, c.count(leaver, Suspect), c.count(leaver, Dead))
+				}
+				c.mu.Lock()
+				accused := c.accused[leaver]
+				c.mu.Unlock()
+				if w := c.wrong.Load(); w != 0 || accused != 0 {
+					t.Fatalf("%d suspicions of nodes that were up, %d of the node that left", w, accused)
+				}
+				c.stop()
+			})
+		})
+	}
+}
+
+// neighbourGraph gives node i of n (named as newTunedCluster names them)
+// the neighbours i±1 … i±k/2 around a ring: a connected graph in which
+// each node knows k of the others, as an agent's connections are.
+func neighbourGraph(n, k int) func(*Config) {
+	return func(c *Config) {
+		var i int
+		fmt.Sscanf(c.Self, "n%04d", &i)
+		var near []string
+		for d := 1; d <= k/2; d++ {
+			near = append(near, fmt.Sprintf("n%04d", (i+d)%n), fmt.Sprintf("n%04d", (i-d+n)%n))
 		}
-		c.mu.Lock()
-		accused := c.accused[leaver]
-		c.mu.Unlock()
-		if w := c.wrong.Load(); w != 0 || accused != 0 {
-			t.Fatalf("%d suspicions of nodes that were up, %d of the node that left", w, accused)
-		}
-		c.stop()
-	})
+		c.Neighbours = func() []string { return near }
+	}
 }
 
 // TestSuspectRefutes: a node cut off for less than a suspicion lasts is

@@ -66,9 +66,13 @@ func callAll(t testing.TB, s *Sim) time.Duration {
 }
 
 // joinLate starts the fleet (every node but the last), waits until each of
-// its nodes holds all of their records, then starts the last node and
-// returns how long until every node of the fleet holds the newcomer's
-// record too (failing after a minute).
+// its nodes holds all of their records and its meshes have formed (3 s
+// more: two gossipsub heartbeats, after which a node passes on a
+// newcomer's record it pulled, gossip's unsentDelay), then starts the
+// last node and returns how long until every node of the fleet holds the
+// newcomer's record too (failing after a minute). Waiting on the records
+// alone made the newcomer meet a fleet 1.3 s old once joining nodes
+// pulled every 200 ms: one that does not relay yet.
 func joinLate(t testing.TB, s *Sim, settle time.Duration) time.Duration {
 	t.Helper()
 	ctx, n := context.Background(), s.Len()-1
@@ -89,6 +93,7 @@ func joinLate(t testing.TB, s *Sim, settle time.Duration) time.Duration {
 	}); err != nil {
 		t.Fatalf("the fleet of %d did not agree on its members: %v", n, err)
 	}
+	time.Sleep(3 * time.Second)
 	var mu sync.Mutex
 	holders := 0
 	all := make(chan struct{})

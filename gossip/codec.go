@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/tribeagent/tribe/internal/growbuf"
 )
 
 // Wire format of the sync protocol: each message is a uvarint length and
@@ -242,14 +242,11 @@ func WriteMsg(w io.Writer, body []byte) error {
 }
 
 // Memory is what ReadMsg reserves a message's buffer on before growing
-// it. network.ResourceScope has these methods: a sync stream passes its
-// scope, so the resource manager's limits (system, protocol, peer) cover
-// sync buffers as they do libp2p's own, in both directions, and a peer
-// cannot make this node hold more than they allow.
-type Memory interface {
-	ReserveMemory(size int, prio uint8) error
-	ReleaseMemory(size int)
-}
+// it (growbuf.Memory). network.ResourceScope has these methods: a sync
+// stream passes its scope, so the resource manager's limits (system,
+// protocol, peer) cover sync buffers as they do libp2p's own, in both
+// directions, and a peer cannot make this node hold more than they allow.
+type Memory = growbuf.Memory
 
 var (
 	// ErrSyncTruncated is a sync message whose stream ended or failed
@@ -261,7 +258,7 @@ var (
 
 // readChunk is the buffer a message starts with; it doubles as bytes
 // arrive, up to the declared length.
-const readChunk = 4 << 10
+const readChunk = growbuf.Chunk
 
 // maxLengthBytes is the longest length prefix: that of MaxSyncMessage.
 var maxLengthBytes = varintLen(MaxSyncMessage)
@@ -286,34 +283,12 @@ func ReadMsg(r *bufio.Reader, mem Memory) (b []byte, held int, err error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if mem == nil {
-		mem = noMemory{}
-	}
-	defer func() {
-		if err != nil {
-			mem.ReleaseMemory(held)
-			b, held = nil, 0
-		}
-	}()
-	for len(b) < n {
-		if len(b) == cap(b) {
-			size := min(n, max(readChunk, 2*cap(b)))
-			if err := mem.ReserveMemory(size, network.ReservationPriorityMedium); err != nil {
-				return nil, held, fmt.Errorf("%w: %d bytes of a %d-byte message: %w", ErrSyncNoMemory, size, n, err)
-			}
-			grown := make([]byte, len(b), size)
-			copy(grown, b)
-			mem.ReleaseMemory(held)
-			b, held = grown, size
-		}
-		k, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+k]
-		if err != nil && len(b) < n {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, held, fmt.Errorf("%w: %d of %d bytes: %w", ErrSyncTruncated, len(b), n, err)
-		}
+	b, held, err = growbuf.Read(r, n, mem)
+	switch {
+	case errors.Is(err, growbuf.ErrNoMemory):
+		return nil, 0, fmt.Errorf("%w: %w", ErrSyncNoMemory, err)
+	case err != nil:
+		return nil, 0, fmt.Errorf("%w: %w", ErrSyncTruncated, err)
 	}
 	return b, held, nil
 }
@@ -347,12 +322,6 @@ func readLength(r *bufio.Reader) (int, error) {
 		}
 	}
 }
-
-// noMemory accounts nothing.
-type noMemory struct{}
-
-func (noMemory) ReserveMemory(int, uint8) error { return nil }
-func (noMemory) ReleaseMemory(int)              {}
 
 // uvarint is binary.Uvarint that also refuses non-minimal encodings, so
 // every message has exactly one encoding.

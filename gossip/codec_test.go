@@ -7,30 +7,9 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/tribeagent/tribe/internal/growbuf"
 )
-
-// fakeMemory is a Memory with a limit that records what is reserved.
-type fakeMemory struct {
-	limit, reserved, peak int
-}
-
-var errFakeLimit = errors.New("fake limit")
-
-func (m *fakeMemory) ReserveMemory(n int, _ uint8) error {
-	if m.reserved+n > m.limit {
-		return errFakeLimit
-	}
-	m.reserved += n
-	m.peak = max(m.peak, m.reserved)
-	return nil
-}
-
-func (m *fakeMemory) ReleaseMemory(n int) {
-	m.reserved -= n
-	if m.reserved < 0 {
-		panic("released more than reserved")
-	}
-}
 
 // frameOf is a whole message: the length prefix and body.
 func frameOf(body []byte) []byte {
@@ -62,14 +41,14 @@ func TestReadMsg(t *testing.T) {
 		{"memory refused", frameOf(big), 1 << 20, nil, ErrSyncNoMemory, 1 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := &fakeMemory{limit: tc.limit}
+			mem := &growbuf.Limit{Max: tc.limit}
 			b, held, err := ReadMsg(bufio.NewReader(bytes.NewReader(tc.in)), mem)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("err = %v, want %v", err, tc.err)
 				}
-				if b != nil || held != 0 || mem.reserved != 0 {
-					t.Fatalf("on error: %d bytes, held %d, %d still reserved", len(b), held, mem.reserved)
+				if b != nil || held != 0 || mem.Reserved != 0 {
+					t.Fatalf("on error: %d bytes, held %d, %d still reserved", len(b), held, mem.Reserved)
 				}
 			} else {
 				if err != nil {
@@ -78,12 +57,12 @@ func TestReadMsg(t *testing.T) {
 				if !bytes.Equal(b, tc.want) {
 					t.Fatalf("read %d bytes, want %d", len(b), len(tc.want))
 				}
-				if held != cap(b) || mem.reserved != held {
-					t.Fatalf("held %d, reserved %d, buffer of %d", held, mem.reserved, cap(b))
+				if held != cap(b) || mem.Reserved != held {
+					t.Fatalf("held %d, reserved %d, buffer of %d", held, mem.Reserved, cap(b))
 				}
 			}
-			if mem.peak > tc.peak {
-				t.Fatalf("reserved up to %d bytes, want at most %d", mem.peak, tc.peak)
+			if mem.Peak > tc.peak {
+				t.Fatalf("reserved up to %d bytes, want at most %d", mem.Peak, tc.peak)
 			}
 		})
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tribeagent/tribe/internal/growbuf"
 )
 
 // FuzzOpen feeds arbitrary bytes to the entry decoder (envelope, payload,
@@ -88,19 +90,19 @@ func FuzzReadMsg(f *testing.F) {
 	f.Add([]byte{0x80, 0x00})
 	f.Add(bytes.Repeat([]byte{0xff}, 12))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		mem := &fakeMemory{limit: 1 << 30}
+		mem := &growbuf.Limit{Max: 1 << 30}
 		br := bufio.NewReader(bytes.NewReader(in))
 		consumed := 0
 		for {
 			b, held, err := ReadMsg(br, mem)
 			if err != nil {
-				if mem.reserved != 0 {
-					t.Fatalf("%d bytes reserved after %v", mem.reserved, err)
+				if mem.Reserved != 0 {
+					t.Fatalf("%d bytes reserved after %v", mem.Reserved, err)
 				}
 				return
 			}
-			if held != len(b) || mem.reserved != held {
-				t.Fatalf("a %d-byte message holds %d, %d reserved", len(b), held, mem.reserved)
+			if held != len(b) || mem.Reserved != held {
+				t.Fatalf("a %d-byte message holds %d, %d reserved", len(b), held, mem.Reserved)
 			}
 			var again bytes.Buffer
 			if err := WriteMsg(&again, b); err != nil {

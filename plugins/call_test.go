@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/internal/growbuf"
 )
 
 // tableAuth lets the listed callers reach the listed instances; everyone
@@ -201,7 +204,7 @@ func rawStream(t *testing.T, p *pair, send []byte) Response {
 	st.Write(send)
 	st.CloseWrite()
 	st.SetReadDeadline(time.Now().Add(10 * time.Second))
-	f, err := readFrame(bufio.NewReader(st), MaxResponseSize)
+	f, _, err := readFrame(bufio.NewReader(st), MaxResponseSize, nil)
 	if err != nil {
 		t.Fatalf("no answer: %v", err)
 	}
@@ -434,5 +437,52 @@ func TestCodeKnown(t *testing.T) {
 		if c.Known() {
 			t.Errorf("%q is Known", c)
 		}
+	}
+}
+
+// TestRequestMemoryBounded: call streams that each announce a request of
+// MaxRequestSize and send 3 bytes of it make the callee reserve one 4 KiB
+// chunk each on the call protocol's resource scope, and allocate far less
+// than the megabyte each announced (before, each took a megabyte at
+// once: a few bytes per stream bought a megabyte of the callee's heap).
+func TestRequestMemoryBounded(t *testing.T) {
+	const streams = 32
+	p := newPair(t, nil)
+	protocolMemory := func() int64 {
+		var m int64
+		p.callee.Network().ResourceManager().ViewProtocol(ProtocolID, func(s network.ProtocolScope) error {
+			m = s.Stat().Memory
+			return nil
+		})
+		return m
+	}
+	allocated := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := allocated()
+	for range streams {
+		st, err := p.caller.NewStream(context.Background(), p.callee.ID(), ProtocolID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Reset() })
+		if _, err := st.Write(append(binary.AppendUvarint(nil, MaxRequestSize), "abc"...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := int64(streams * growbuf.Chunk)
+	deadline := time.Now().Add(10 * time.Second)
+	for protocolMemory() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the call protocol's scope holds %d bytes, want %d (a chunk per stream)", protocolMemory(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	grew := allocated() - before
+	t.Logf("%d streams announcing %d MiB each: %.1f MiB allocated in all", streams, MaxRequestSize>>20, float64(grew)/(1<<20))
+	if grew > streams*MaxRequestSize/4 {
+		t.Fatalf("%d MiB allocated for %d streams that sent 3 bytes each", grew>>20, streams)
 	}
 }

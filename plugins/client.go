@@ -184,7 +184,7 @@ func (c *Caller) callOn(ctx context.Context, cs *callStream, req Request, b []by
 	heard := false
 	for {
 		st.SetReadDeadline(time.Now().Add(silence))
-		f, err := readFrame(cs.br, MaxResponseSize)
+		f, held, err := readFrame(cs.br, MaxResponseSize, st.Scope())
 		if err != nil {
 			st.Reset()
 			if r, ok := ctxFailure(ctx, req.ID); ok {
@@ -200,6 +200,8 @@ func (c *Caller) callOn(ctx context.Context, cs *callStream, req Request, b []by
 				return Response{ID: req.ID, Code: CodeGone, Error: fmt.Sprintf("no word from the node for %v: it crashed or lost its connection", silence)}, false
 			case errors.Is(err, ErrFrameTooLarge):
 				return Response{ID: req.ID, Code: CodeTooLarge, Error: "response: " + err.Error()}, false
+			case errors.Is(err, ErrFrameNoMemory):
+				return Response{ID: req.ID, Code: CodeBusy, Error: "response: " + err.Error()}, false
 			}
 			return Response{ID: req.ID, Code: CodeGone, Error: "the node went away mid-call: " + err.Error()}, false
 		}
@@ -208,6 +210,7 @@ func (c *Caller) callOn(ctx context.Context, cs *callStream, req Request, b []by
 			continue // heartbeat
 		}
 		resp, err := DecodeResponse(f)
+		st.Scope().ReleaseMemory(held) // the response holds copies
 		if err == nil && resp.ID != req.ID && resp.ID != "" {
 			err = fmt.Errorf("plugins: response to call %q, not %q", resp.ID, req.ID)
 		}

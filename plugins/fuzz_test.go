@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"testing"
+
+	"github.com/tribeagent/tribe/internal/growbuf"
 )
 
 // FuzzDecodeRequest: any bytes a caller sends give a checked request or an
@@ -59,14 +62,42 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{0x80, 0x80}, []byte{})
 	f.Fuzz(func(t *testing.T, prefix, rest []byte) {
 		r := bufio.NewReader(bytes.NewReader(append(prefix, rest...)))
+		mem := &growbuf.Limit{Max: 1 << 30}
 		for range 4 {
-			b, err := readFrame(r, 64)
+			b, held, err := readFrame(r, 64, mem)
 			if err != nil {
+				if mem.Reserved != 0 {
+					t.Fatalf("%d bytes still reserved after %v", mem.Reserved, err)
+				}
 				return
 			}
-			if len(b) > 64 {
-				t.Fatalf("frame of %d bytes over the limit", len(b))
+			if len(b) > 64 || held < len(b) || held != mem.Reserved {
+				t.Fatalf("frame of %d bytes (limit 64), %d held, %d reserved", len(b), held, mem.Reserved)
 			}
+			mem.ReleaseMemory(held)
 		}
 	})
+}
+
+// TestReadFrameGrowsAsBytesArrive: a frame announced at the largest
+// request size whose bytes do not come makes the reader reserve one chunk
+// (4 KiB), not the megabyte announced, and leaves nothing reserved; the
+// scope refusing is ErrFrameNoMemory; a whole frame is read and held.
+func TestReadFrameGrowsAsBytesArrive(t *testing.T) {
+	announced := binary.AppendUvarint(nil, MaxRequestSize)
+	peak := &growbuf.Limit{Max: 1 << 30}
+	_, _, err := readFrame(bufio.NewReader(bytes.NewReader(append(announced, "abc"...))), MaxRequestSize, peak)
+	if err == nil || errors.Is(err, ErrFrameTooLarge) || peak.Peak > 4<<10 || peak.Reserved != 0 {
+		t.Fatalf("1 MiB announced, 3 bytes sent: err %v, reserved up to %d, %d left", err, peak.Peak, peak.Reserved)
+	}
+	whole := append(announced, bytes.Repeat([]byte{'x'}, MaxRequestSize)...)
+	tight := &growbuf.Limit{Max: 64 << 10}
+	if _, _, err := readFrame(bufio.NewReader(bytes.NewReader(whole)), MaxRequestSize, tight); !errors.Is(err, ErrFrameNoMemory) || tight.Reserved != 0 {
+		t.Fatalf("a scope of 64 KiB: err %v, %d left reserved", err, tight.Reserved)
+	}
+	roomy := &growbuf.Limit{Max: 4 << 20}
+	b, held, err := readFrame(bufio.NewReader(bytes.NewReader(whole)), MaxRequestSize, roomy)
+	if err != nil || len(b) != MaxRequestSize || held != roomy.Reserved || held < len(b) {
+		t.Fatalf("a whole frame: %d bytes, held %d, reserved %d, err %v", len(b), held, roomy.Reserved, err)
+	}
 }

@@ -163,7 +163,7 @@ func TestRequestDuringACallResetsTheStream(t *testing.T) {
 	st.SetReadDeadline(time.Now().Add(time.Minute))
 	br := bufio.NewReader(st)
 	for {
-		f, err := readFrame(br, MaxResponseSize)
+		f, _, err := readFrame(br, MaxResponseSize, nil)
 		if err != nil {
 			if !errors.Is(err, network.ErrReset) {
 				t.Fatalf("the stream ended with %v, want reset", err)
@@ -356,7 +356,7 @@ func TestCalleeBoundsIdleStreams(t *testing.T) {
 		st.Write(frame(r))
 		br := bufio.NewReader(st)
 		st.SetReadDeadline(time.Now().Add(time.Minute))
-		f, err := readFrame(br, MaxResponseSize)
+		f, _, err := readFrame(br, MaxResponseSize, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -218,10 +218,11 @@ func (s *Server) handle(st network.Stream) {
 			st.Close()
 			return
 		}
-		b, err := readFrame(br, MaxRequestSize)
+		b, held, err := readFrame(br, MaxRequestSize, st.Scope())
 		var req Request
 		if err == nil {
 			req, err = DecodeRequest(b)
+			st.Scope().ReleaseMemory(held) // the request holds copies
 		}
 		if err != nil {
 			if s.ctx.Err() != nil { // the server is closing: not the caller's doing
@@ -229,8 +230,11 @@ func (s *Server) handle(st network.Stream) {
 				return
 			}
 			code := CodeBadRequest
-			if errors.Is(err, ErrFrameTooLarge) {
+			switch {
+			case errors.Is(err, ErrFrameTooLarge):
 				code = CodeTooLarge
+			case errors.Is(err, ErrFrameNoMemory):
+				code = CodeBusy
 			}
 			s.count(code)
 			s.log.Debug("bad call request", "caller", caller, "err", err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/growbuf"
 	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/plugins/jsonerr"
 )
@@ -140,6 +141,9 @@ func Errorf(code Code, format string, args ...any) *Error {
 // Errors of the framing and decoding.
 var (
 	ErrFrameTooLarge = errors.New("plugins: frame over the size limit")
+	// ErrFrameNoMemory is a frame the stream's memory scope would not
+	// hold (the resource manager's limits, see node/limits.go).
+	ErrFrameNoMemory = errors.New("plugins: no memory for the frame")
 	ErrBadRequest    = errors.New("plugins: bad request")
 )
 
@@ -152,25 +156,33 @@ func writeFrame(w io.Writer, b []byte) error {
 	return err
 }
 
-// readFrame reads one frame of at most max bytes.
-func readFrame(r *bufio.Reader, max int) ([]byte, error) {
+// readFrame reads one frame of at most max bytes. Its buffer grows as the
+// bytes arrive, each growth reserved on mem (the stream's scope; nil
+// accounts nothing; see growbuf): a peer that announces a megabyte and
+// sends three bytes makes this node hold 4 KiB, not a megabyte per
+// stream. held stays reserved for the frame: the caller releases it with
+// mem.ReleaseMemory(held) once done with the bytes.
+func readFrame(r *bufio.Reader, max int, mem growbuf.Memory) (b []byte, held int, err error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		// Only the other side's clean close is io.EOF: a reset stream's
 		// error wraps io.EOF too (yamux, when the connection closes).
 		if err == io.EOF {
-			return nil, io.EOF
+			return nil, 0, io.EOF
 		}
-		return nil, fmt.Errorf("plugins: frame length: %w", err)
+		return nil, 0, fmt.Errorf("plugins: frame length: %w", err)
 	}
 	if n > uint64(max) {
-		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, max)
+		return nil, 0, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, max)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, fmt.Errorf("plugins: frame of %d bytes cut short: %w", n, err)
+	b, held, err = growbuf.Read(r, int(n), mem)
+	switch {
+	case errors.Is(err, growbuf.ErrNoMemory):
+		return nil, 0, fmt.Errorf("%w: %w", ErrFrameNoMemory, err)
+	case err != nil:
+		return nil, 0, fmt.Errorf("plugins: frame of %d bytes: %w", n, err)
 	}
-	return b, nil
+	return b, held, nil
 }
 
 // DecodeRequest parses and checks a request frame.

@@ -375,3 +375,48 @@ func TestSlowMemberHoldsNoGossipUp(t *testing.T) {
 		}
 	})
 }
+
+// TestIdleGossipLoopSleeps: with nothing to spread and nobody suspected,
+// the gossip loop runs no round (memberlist's ticks every GossipInterval
+// cost an idle agent more than their work); a change made while it
+// sleeps goes out at once, and it ticks again until the change has been
+// sent its RetransmitMult times.
+func TestIdleGossipLoopSleeps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr pingLog
+		cfg := Config{Self: "self", ProbeInterval: time.Hour}
+		d, err := New(cfg, &tr, rand.New(rand.NewPCG(11, 12)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			d.Add(fmt.Sprintf("m%02d", i))
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		var running sync.WaitGroup
+		running.Go(func() { d.Run(ctx) })
+		defer func() { cancel(); running.Wait() }()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if r := d.rounds.Load(); r > 1 {
+			t.Fatalf("%d gossip rounds in an idle minute, want at most the first", r)
+		}
+		before := d.rounds.Load()
+		d.Announce(1)
+		synctest.Wait()
+		if d.rounds.Load() == before || len(tr.sent()) == 0 {
+			t.Fatalf("a change made while the loop slept: %d rounds, sent to %v", d.rounds.Load()-before, tr.sent())
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if d.busy() {
+			t.Fatal("the change is still pending a minute later")
+		}
+		ran := d.rounds.Load() - before
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if idle := d.rounds.Load() - before - ran; idle != 0 || ran > 100 {
+			t.Fatalf("%d rounds to spread one change, then %d in an idle minute", ran, idle)
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,8 +221,9 @@ func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(nam
 	c := api.NewClient(filepath.Join(agents[0].dir, api.SocketName))
 	ctx := context.Background()
 	// Two minutes, and a second more per agent past 100.
-	deadline := time.Now().Add(2*time.Minute + time.Duration(max(0, n-100))*time.Second)
-	for {
+	started := time.Now()
+	deadline := started.Add(2*time.Minute + time.Duration(max(0, n-100))*time.Second)
+	for said := started; ; {
 		nodes, err := c.Nodes(ctx, "")
 		pending := 0
 		for _, nd := range nodes {
@@ -233,7 +235,11 @@ func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(nam
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("the first agent knows %d of %d nodes", len(nodes), n)
+			b.Fatalf("the first agent knows %d of %d nodes %v after the last started%s", len(nodes), n, time.Since(started).Round(time.Second), unknownTo(agents, nodes))
+		}
+		if time.Since(said) >= 30*time.Second {
+			said = time.Now()
+			b.Logf("%v after the last started, the first agent knows %d of %d nodes", time.Since(started).Round(time.Second), len(nodes), n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -273,4 +279,31 @@ func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(nam
 		time.Sleep(100 * time.Millisecond)
 	}
 	return agents, c
+}
+
+// unknownTo names the agents missing from nodes (what the first agent
+// lists) and says how the first few of them stand, for a failure message.
+func unknownTo(agents []*agentProc, nodes []api.Node) string {
+	known := map[string]bool{}
+	for _, nd := range nodes {
+		known[nd.Name] = true
+	}
+	var out strings.Builder
+	shown := 0
+	for _, a := range agents {
+		if known[a.name] {
+			continue
+		}
+		fmt.Fprintf(&out, "\n  %s is unknown", a.name)
+		if shown++; shown > 5 {
+			continue
+		}
+		c := api.NewClient(filepath.Join(a.dir, api.SocketName))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := c.Status(ctx)
+		them, err2 := c.Nodes(ctx, "")
+		cancel()
+		fmt.Fprintf(&out, ": %d peers, %d entries, knows %d nodes (errors: %v, %v)", st.Peers, st.Entries, len(them), err, err2)
+	}
+	return out.String()
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -95,5 +96,79 @@ func TestSwimForgeryAndRefutation(t *testing.T) {
 	waitFor(t, "a to refute and b to hear it", func() bool { return b.liveness(a.ID()) == Alive })
 	if a.swim.bad.Load() != 1 || b.swim.bad.Load() != 0 {
 		t.Errorf("bad_swim %d and %d, want 1 (the forgery) and 0", a.swim.bad.Load(), b.swim.bad.Load())
+	}
+}
+
+// A node with no room to serve a probe answers it busy, which the prober
+// takes for alive (swim.ErrBusy), and counts it (swim_busy); a ping-req
+// it cannot carry out, or a probe past the busy answers' bound, is reset.
+func TestBusyNodeAnswersAlive(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	cb := loopbackConfig(t, "b")
+	cb.Join = []string{tcpAddr(a)}
+	b := startNode(t, cb)
+	waitFor(t, "a and b to know each other", func() bool { return len(a.nodeRecords()) == 2 && len(b.nodeRecords()) == 2 })
+	ping := swim.Frame{Kind: swim.KindPing}
+	if _, err := b.swimExchange(t.Context(), a.ID(), ping); err != nil {
+		t.Fatalf("a probe of an idle node: %v", err)
+	}
+	for range swimServing { // every slot taken
+		a.swim.serving <- struct{}{}
+	}
+	_, err := b.swimExchange(t.Context(), a.ID(), ping)
+	if !errors.Is(err, swim.ErrBusy) {
+		t.Fatalf("a probe of a node with no room: %v, want swim.ErrBusy", err)
+	}
+	if got := a.swim.busy.Load(); got != 1 {
+		t.Errorf("swim_busy = %d, want 1", got)
+	}
+	ans, err := swimSend(t, b, a.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPingReq, Target: string(b.ID())}))
+	if err == nil {
+		t.Errorf("a ping-req to a node with no room was answered %+v, want a reset", ans)
+	}
+	for range swimBusyAnswers { // and every busy answer
+		a.swim.refusing <- struct{}{}
+	}
+	if _, err := b.swimExchange(t.Context(), a.ID(), ping); err == nil || errors.Is(err, swim.ErrBusy) {
+		t.Errorf("a probe past the busy answers' bound: %v, want a reset", err)
+	}
+	for range swimBusyAnswers {
+		<-a.swim.refusing
+	}
+	for range swimServing {
+		<-a.swim.serving
+	}
+	if _, err := b.swimExchange(t.Context(), a.ID(), ping); err != nil {
+		t.Fatalf("a probe once there is room again: %v", err)
+	}
+}
+
+// Reach connects to a member before the timed probe, and the probe that
+// follows closes the connection as it would have closed its own: a node
+// at its target of peers does not keep what its probes opened.
+func TestReachedConnectionReleasedAfterTheProbe(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	var others []*Node
+	for _, name := range []string{"b", "c"} {
+		c := loopbackConfig(t, name)
+		c.Join, c.TargetPeers = []string{tcpAddr(a)}, 1
+		others = append(others, startNode(t, c))
+	}
+	b, c := others[0], others[1]
+	waitFor(t, "b to know c", func() bool { _, ok := b.swim.d.State(string(c.ID())); return ok && len(b.nodeRecords()) == 3 })
+	if b.isConnected(c.ID()) {
+		b.host.Network().ClosePeer(c.ID())
+	}
+	if err := (swimTransport{b}).Reach(t.Context(), string(c.ID())); err != nil {
+		t.Fatalf("Reach: %v", err)
+	}
+	if !b.isConnected(c.ID()) {
+		t.Fatal("Reach did not connect")
+	}
+	if _, err := (swimTransport{b}).Ping(t.Context(), string(c.ID()), swim.Message{}); err != nil {
+		t.Fatalf("the probe after Reach: %v", err)
+	}
+	if b.isConnected(c.ID()) {
+		t.Error("the connection Reach opened outlived its probe, with b past its target of 1 peer")
 	}
 }

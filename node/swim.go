@@ -51,14 +51,16 @@ const swimDomain = "tribe-swim/1\x00"
 
 // swimState is the detector as the node wires it.
 type swimState struct {
-	d       *swim.Detector
-	serving chan struct{}
-	syncing chan struct{} // snapshots being served: at most swimSyncing
-	bad     atomic.Int64  // frames that did not decode, updates that did not verify
-	busy    atomic.Int64
+	d        *swim.Detector
+	serving  chan struct{}
+	refusing chan struct{} // busy answers being written: at most swimBusyAnswers
+	syncing  chan struct{} // snapshots being served: at most swimSyncing
+	bad      atomic.Int64  // frames that did not decode, updates that did not verify
+	busy     atomic.Int64
 
-	mu    sync.Mutex
-	heard map[peer.ID]time.Time // when each node last answered or sent a probe (the node's clock)
+	mu      sync.Mutex
+	heard   map[peer.ID]time.Time // when each node last answered or sent a probe (the node's clock)
+	reached map[peer.ID]bool      // connections Reach opened, for the probe that follows to release
 }
 
 // swimConfig is the detector's configuration for the node's.
@@ -156,8 +158,10 @@ func (n *Node) startSwim() error {
 	rng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.rngMu.Unlock()
 	n.swim.serving = make(chan struct{}, swimServing)
+	n.swim.refusing = make(chan struct{}, swimBusyAnswers)
 	n.swim.syncing = make(chan struct{}, swimSyncing)
 	n.swim.heard = map[peer.ID]time.Time{}
+	n.swim.reached = map[peer.ID]bool{}
 	d, err := swim.New(n.swimConfig(), swimTransport{n}, rng, n.noteLiveness)
 	if err != nil {
 		return fmt.Errorf("node: failure detector: %w", err)
@@ -247,6 +251,35 @@ func (t swimTransport) Ping(ctx context.Context, node string, m swim.Message) (s
 	return t.n.swimExchange(ctx, peer.ID(node), swim.Frame{Kind: swim.KindPing, Msg: m})
 }
 
+// Reach connects to node if this node is not connected to it, so that
+// the probe's timeout does not pay for the dial (swim.Reacher). The
+// probe that follows releases the connection as it would have released
+// its own.
+func (t swimTransport) Reach(ctx context.Context, node string) error {
+	n, p := t.n, peer.ID(node)
+	if n.isConnected(p) {
+		return nil
+	}
+	n.learnRecordAddrs(p)
+	if err := n.host.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
+		return err
+	}
+	n.swim.mu.Lock()
+	n.swim.reached[p] = true
+	n.swim.mu.Unlock()
+	return nil
+}
+
+// takeReached reports whether Reach opened the connection to p for the
+// exchange about to run, and forgets it.
+func (n *Node) takeReached(p peer.ID) bool {
+	n.swim.mu.Lock()
+	defer n.swim.mu.Unlock()
+	ok := n.swim.reached[p]
+	delete(n.swim.reached, p)
+	return ok
+}
+
 func (t swimTransport) PingReq(ctx context.Context, via, target string, m swim.Message) (swim.Message, error) {
 	return t.n.swimExchange(ctx, peer.ID(via), swim.Frame{Kind: swim.KindPingReq, Target: target, Msg: m})
 }
@@ -257,7 +290,7 @@ func (t swimTransport) PingReq(ctx context.Context, via, target string, m swim.M
 // connection it opened made every agent connected to every other (the
 // connection manager trims only past ConnHigh, a minute later).
 func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.Message, error) {
-	if !n.isConnected(p) {
+	if reached := n.takeReached(p); reached || !n.isConnected(p) {
 		defer n.releaseConn(p, n.cfg.TargetPeers)
 		// A probe of a node this one never connected to has only its
 		// record's addresses (members count: see swimMember).
@@ -291,6 +324,8 @@ func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.
 		return ans.Msg, nil
 	case ans.Kind == swim.KindNack:
 		return swim.Message{}, swim.ErrNack
+	case ans.Kind == swim.KindBusy && f.Kind == swim.KindPing:
+		return swim.Message{}, swim.ErrBusy
 	}
 	n.swim.bad.Add(1)
 	return swim.Message{}, fmt.Errorf("%w: answered with kind %d", swim.ErrFrame, ans.Kind)
@@ -317,6 +352,44 @@ func readSwimFrame(s io.Reader, sync bool) (swim.Frame, error) {
 	return swim.DecodeFrame(b)
 }
 
+// answerBusy answers a ping this node has no room to serve with
+// KindBusy (alive, nothing taken), at most swimBusyAnswers at once; of
+// the frame it decodes only the kind. Anything else it resets: a ping-req it
+// cannot carry out (the requester asks others), a snapshot it will trade
+// later. A stream past the bound is reset too.
+func (n *Node) answerBusy(s network.Stream) {
+	select {
+	case n.swim.refusing <- struct{}{}:
+		defer func() { <-n.swim.refusing }()
+	default:
+		s.Reset()
+		return
+	}
+	s.SetDeadline(n.now().Add(swimBusyWait))
+	var kind [1]byte
+	if _, err := io.ReadFull(s, kind[:]); err != nil || swim.Kind(kind[0]) != swim.KindPing {
+		s.Reset()
+		return
+	}
+	if _, err := s.Write(swim.AppendFrame(nil, swim.Frame{Kind: swim.KindBusy})); err != nil {
+		s.Reset()
+		return
+	}
+	// The answer first, then the rest of the frame, unread: closing the
+	// reading side under bytes still coming resets some transports'
+	// streams (QUIC's STOP_SENDING), and with them the answer.
+	s.CloseWrite()
+	io.Copy(io.Discard, io.LimitReader(s, swim.MaxFrame))
+	s.Close()
+}
+
+// swimBusyAnswers bounds the busy answers in flight, and swimBusyWait the
+// wait for a frame's first byte in one.
+const (
+	swimBusyAnswers = 4 * swimServing
+	swimBusyWait    = time.Second
+)
+
 // serveSwim answers a probe, a gossip message or a ping-req.
 func (n *Node) serveSwim(s network.Stream) {
 	select {
@@ -324,7 +397,7 @@ func (n *Node) serveSwim(s network.Stream) {
 		defer func() { <-n.swim.serving }()
 	default:
 		n.swim.busy.Add(1)
-		s.Reset()
+		n.answerBusy(s)
 		return
 	}
 	defer s.Close()

@@ -420,3 +420,127 @@ func TestIdleGossipLoopSleeps(t *testing.T) {
 		}
 	})
 }
+
+// slowDialFleet is a transport of streams on a loaded machine: reaching
+// a member takes dial (in Reach if reach is set, else inside Ping's
+// timeout), and then each answers at once, busy if busy says so.
+type slowDialFleet struct {
+	dial  time.Duration
+	reach bool
+	busy  func(node string) bool
+
+	mu     sync.Mutex
+	dialed map[string]bool
+}
+
+func (f *slowDialFleet) connect(ctx context.Context, node string) error {
+	f.mu.Lock()
+	done := f.dialed[node]
+	f.mu.Unlock()
+	if done {
+		return nil
+	}
+	select {
+	case <-time.After(f.dial):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f.mu.Lock()
+	if f.dialed == nil {
+		f.dialed = map[string]bool{}
+	}
+	f.dialed[node] = true
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *slowDialFleet) Ping(ctx context.Context, node string, _ Message) (Message, error) {
+	if err := f.connect(ctx, node); err != nil {
+		return Message{}, err
+	}
+	// A transport that released the probe's connection dials again.
+	f.mu.Lock()
+	delete(f.dialed, node)
+	f.mu.Unlock()
+	if f.busy != nil && f.busy(node) {
+		return Message{}, fmt.Errorf("m: %w", ErrBusy)
+	}
+	return Message{}, nil
+}
+
+func (f *slowDialFleet) PingReq(ctx context.Context, _, target string, m Message) (Message, error) {
+	return f.Ping(ctx, target, m) // the helper dials as slowly
+}
+
+// reachingFleet is a slowDialFleet that is also a Reacher.
+type reachingFleet struct{ *slowDialFleet }
+
+func (f reachingFleet) Reach(ctx context.Context, node string) error { return f.connect(ctx, node) }
+
+// suspectedAfter probes 20 members once each on tr and returns how many
+// are suspect.
+func suspectedAfter(t *testing.T, tr Transport) int {
+	t.Helper()
+	cfg := Config{Self: "self", ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond}
+	d, err := New(cfg, tr, rand.New(rand.NewPCG(9, 10)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		d.Add(fmt.Sprintf("m%02d", i))
+	}
+	for range 20 {
+		d.probe(t.Context())
+	}
+	n := 0
+	for i := range 20 {
+		if st, _ := d.State(fmt.Sprintf("m%02d", i)); st != Alive {
+			n++
+		}
+	}
+	return n
+}
+
+// TestProbeTimeoutStartsAfterTheDial: on a machine so loaded that a dial
+// and its handshake take 700 ms, longer than the 500 ms probe timeout,
+// members that answer at once are not suspected when the transport
+// reaches them before the timed ping (Reacher); timed together, a
+// probe of a member not connected is often a suspicion.
+func TestProbeTimeoutStartsAfterTheDial(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		if n := suspectedAfter(t, reachingFleet{&slowDialFleet{dial: 700 * time.Millisecond}}); n != 0 {
+			t.Fatalf("%d of 20 members suspect after a round of probes with the dial apart, want 0", n)
+		}
+		// Timed together, Lifeguard's awareness stretches the timeout
+		// after each suspicion and relaxes it with each answer: one
+		// probe in four still suspects a live member here.
+		if n := suspectedAfter(t, &slowDialFleet{dial: 700 * time.Millisecond}); n < 4 {
+			t.Fatalf("%d of 20 members suspect with the dial inside the probe timeout, want at least 4 (the case Reacher is for)", n)
+		}
+	})
+}
+
+// TestBusyIsAlive: a member that answers busy (no room to take the
+// message) is not suspected, whether it answers the probe itself or a
+// helper's ping; and the prober's health is not worse for it.
+func TestBusyIsAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		busy := func(string) bool { return true }
+		if n := suspectedAfter(t, &slowDialFleet{busy: busy}); n != 0 {
+			t.Fatalf("%d of 20 busy members suspect, want 0", n)
+		}
+		cfg := Config{Self: "self", ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond}
+		d, err := New(cfg, &slowDialFleet{busy: busy}, rand.New(rand.NewPCG(11, 12)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Add("m00")
+		d.Add("asker")
+		if _, err := d.HandlePingReq(t.Context(), "asker", "m00", Message{}); err != nil {
+			t.Fatalf("a ping-req of a busy member: %v, want an ack", err)
+		}
+		if h := d.Stats().Health; h != 0 {
+			t.Fatalf("health %d after busy answers, want 0", h)
+		}
+	})
+}

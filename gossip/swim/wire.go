@@ -15,6 +15,9 @@ const (
 	KindAck     Kind = 3
 	KindNack    Kind = 4 // the target of a ping-req did not answer
 	KindSync    Kind = 5 // a snapshot: answer with one's own (push-pull)
+	// KindBusy answers a ping that the node had no room to take: it is
+	// alive, and took none of the message (see ErrBusy).
+	KindBusy Kind = 6
 )
 
 // Frame is one message on the wire: the node carries one frame each way
@@ -104,10 +107,12 @@ func DecodeFrame(b []byte) (Frame, error) {
 		return Frame{}, d.err
 	case len(d.b) > 0:
 		return Frame{}, fmt.Errorf("%w: %d bytes after the frame", ErrFrame, len(d.b))
-	case f.Kind < KindPing || f.Kind > KindSync:
+	case f.Kind < KindPing || f.Kind > KindBusy:
 		return Frame{}, fmt.Errorf("%w: kind %d", ErrFrame, f.Kind)
 	case (f.Kind == KindPingReq) != (f.Target != ""):
 		return Frame{}, fmt.Errorf("%w: a target is for a ping-req, and a ping-req needs one", ErrFrame)
+	case f.Kind == KindBusy && len(f.Msg.Updates) > 0:
+		return Frame{}, fmt.Errorf("%w: a busy answer carries no updates", ErrFrame)
 	}
 	return f, nil
 }

@@ -13,6 +13,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		{Kind: KindAck, Msg: Message{Updates: []Update{{Node: "b", State: Suspect, Incarnation: 1 << 40, From: "c", Sig: []byte("sig")}}}},
 		{Kind: KindPingReq, Target: "t", Msg: Message{Updates: []Update{{Node: "a", State: Left, From: "a"}, {Node: "d", State: Dead, Incarnation: 3, From: "e"}}}},
 		{Kind: KindNack},
+		{Kind: KindBusy},
 		{Kind: KindSync, Msg: Message{Updates: []Update{{Node: "b", State: Dead, Incarnation: 2, From: "c", Sig: []byte("s")}}}},
 	} {
 		got, err := DecodeFrame(AppendFrame(nil, f))
@@ -29,6 +30,7 @@ func TestDecodeFrameRefuses(t *testing.T) {
 		"truncated":           good[:len(good)-1],
 		"trailing byte":       append(bytes.Clone(good), 0),
 		"unknown kind":        AppendFrame(nil, Frame{Kind: 9}),
+		"busy with updates":   AppendFrame(nil, Frame{Kind: KindBusy, Msg: Message{Updates: []Update{{Node: "b", From: "c"}}}}),
 		"ping-req, no target": AppendFrame(nil, Frame{Kind: KindPingReq}),
 		"ping with a target":  AppendFrame(nil, Frame{Kind: KindPing, Target: "t"}),
 		"unknown state":       AppendFrame(nil, Frame{Kind: KindPing, Msg: Message{Updates: []Update{{Node: "b", State: 7, From: "c"}}}}),

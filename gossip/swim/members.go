@@ -407,7 +407,13 @@ func (m *Members) apply(u Update, now time.Time) (Change, bool) {
 		case mb == nil || mb.state == Dead || mb.state == Left || u.Incarnation < mb.inc:
 			return Change{}, false
 		case mb.state == Suspect && u.Incarnation == mb.inc:
-			if mb.susp.from[u.From] {
+			// A confirmation counts once per accuser, and only until
+			// the expected ones came (the timeout is then at its
+			// minimum): past that it is neither checked nor spread,
+			// as memberlist's Confirm. Every prober of a member that
+			// a loaded fleet suspects accuses it too, and each
+			// accusation spread is a signature every node checks.
+			if mb.susp.from[u.From] || len(mb.susp.from)-1 >= mb.susp.expects {
 				return Change{}, false
 			}
 			confirm = true

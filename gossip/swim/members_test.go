@@ -186,6 +186,35 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// TestConfirmationsStopAtTheExpected: confirmations of a suspicion from
+// new accusers are checked and spread until the expected number came (2
+// at 10 members); later ones change nothing, are not checked, and are not
+// spread.
+func TestConfirmationsStopAtTheExpected(t *testing.T) {
+	checked := 0
+	m := NewMembers(Config{Self: "a", Verify: func(Update) bool { checked++; return true }}, rand.New(rand.NewPCG(1, 2)))
+	for _, o := range []string{"b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+		m.Add(o, t0)
+	}
+	m.Apply([]Update{{Node: "b", State: Suspect, From: "c"}}, t0)
+	for _, from := range []string{"d", "e"} {
+		m.Apply([]Update{{Node: "b", State: Suspect, From: from}}, t0)
+	}
+	if checked != 3 {
+		t.Fatalf("%d updates checked for a suspicion and 2 confirmations, want 3", checked)
+	}
+	for m.Pending() { // sent out
+		m.Piggyback()
+	}
+	m.Apply([]Update{{Node: "b", State: Suspect, From: "f"}, {Node: "b", State: Suspect, From: "g"}}, t0)
+	if checked != 3 || m.Pending() {
+		t.Fatalf("confirmations past the expected: %d checks (want 3), pending %v (want false)", checked, m.Pending())
+	}
+	if left := suspicionLeft(len(m.members["b"].susp.from)-1, m.members["b"].susp.expects, 0, m.members["b"].susp.lo, m.members["b"].susp.hi); left != m.members["b"].susp.lo {
+		t.Fatalf("timeout left %v with the expected confirmations, want the minimum %v", left, m.members["b"].susp.lo)
+	}
+}
+
 // TestPiggybackLimits: a change is sent RetransmitMult × ceil(log10(N+1))
 // times and no more, at most MaxPiggyback per message, the least sent
 // first; a newer change about a member replaces the older.

@@ -544,3 +544,40 @@ func TestBusyIsAlive(t *testing.T) {
 		}
 	})
 }
+
+// TestFarSuspectsToldByTheirAccuser: a suspect that is a neighbour is
+// told of its suspicion whoever began it; one that is not (a dial away)
+// only by the node whose own probe failed, not by every node that heard.
+func TestFarSuspectsToldByTheirAccuser(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr pingLog
+		near := []string{"m01", "m02", "m03", "m04", "m05"}
+		cfg := Config{Self: "self", Neighbours: func() []string { return near }}
+		d, err := New(cfg, &tr, rand.New(rand.NewPCG(13, 14)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			d.Add(fmt.Sprintf("m%02d", i+1))
+		}
+		// m01 (a neighbour) and m10 suspected on others' word; m11 by
+		// this node's own probe.
+		d.HandlePing("m02", Message{Updates: []Update{{Node: "m01", State: Suspect, From: "m02"}, {Node: "m10", State: Suspect, From: "m02"}}})
+		d.with(func(m *Members) []Change { return m.ProbeFailed("m11", time.Now()) })
+		told := map[string]int{}
+		for range 100 { // 20 s of gossip rounds
+			d.gossip(t.Context())
+			synctest.Wait()
+			time.Sleep(d.cfg.GossipInterval)
+		}
+		for _, n := range tr.sent() {
+			told[n]++
+		}
+		if told["m10"] != 0 {
+			t.Errorf("m10, not a neighbour and not accused by this node, was told %d times", told["m10"])
+		}
+		if told["m01"] == 0 || told["m11"] == 0 {
+			t.Errorf("told the neighbour m01 %d times and m11 (its accuser is this node) %d times, want both told", told["m01"], told["m11"])
+		}
+	})
+}

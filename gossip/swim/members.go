@@ -517,13 +517,6 @@ func (m *Members) RandomOf(k int, among []string) []string {
 	return out
 }
 
-// Accused reports whether node is suspect here because this node's own
-// probe of it failed (not only others' word).
-func (m *Members) Accused(node string) bool {
-	mb := m.members[node]
-	return mb != nil && mb.susp != nil && mb.susp.from[m.cfg.Self]
-}
-
 // Suspects is how many members are under suspicion.
 func (m *Members) Suspects() int { return len(m.suspect) }
 

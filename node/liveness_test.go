@@ -115,12 +115,14 @@ func TestBusyNodeAnswersAlive(t *testing.T) {
 	for range swimServing { // every slot taken
 		a.swim.serving <- struct{}{}
 	}
+	busy0 := a.swim.busy.Load()
 	_, err := b.swimExchange(t.Context(), a.ID(), ping)
 	if !errors.Is(err, swim.ErrBusy) {
 		t.Fatalf("a probe of a node with no room: %v, want swim.ErrBusy", err)
 	}
-	if got := a.swim.busy.Load(); got != 1 {
-		t.Errorf("swim_busy = %d, want 1", got)
+	// b's own detector may probe a meanwhile: at least this one counted.
+	if got := a.swim.busy.Load() - busy0; got < 1 {
+		t.Errorf("swim_busy rose by %d, want at least 1", got)
 	}
 	ans, err := swimSend(t, b, a.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPingReq, Target: string(b.ID())}))
 	if err == nil {

@@ -203,7 +203,7 @@ func (n *Node) greet(p peer.ID) {
 	h, err := readHello(s)
 	if err != nil {
 		s.Reset()
-		n.badHelloSeen(p, "hello: bad answer", err)
+		n.helloFailed(p, "hello: bad answer", err)
 		return
 	}
 	n.heard(p, h, sent.Busy)
@@ -216,7 +216,7 @@ func (n *Node) handleHello(s network.Stream) {
 	h, err := readHello(s)
 	if err != nil {
 		s.Reset()
-		n.badHelloSeen(s.Conn().RemotePeer(), "hello: bad message", err)
+		n.helloFailed(s.Conn().RemotePeer(), "hello: bad message", err)
 		return
 	}
 	p := s.Conn().RemotePeer()
@@ -226,6 +226,19 @@ func (n *Node) handleHello(s network.Stream) {
 		return
 	}
 	n.heard(p, h, sent.Busy)
+}
+
+// helloFailed handles a hello from p that did not arrive whole: bytes that
+// break the protocol are a bad hello (counted, warned of); a stream reset,
+// a deadline or a connection closed under it are not the peer's bytes
+// (a connection opened for one probe and released goes mid-hello) and are
+// only logged at debug.
+func (n *Node) helloFailed(p peer.ID, msg string, err error) {
+	if !errors.Is(err, ErrBadHello) {
+		n.log.Debug("hello: cut short", "peer", p, "err", err)
+		return
+	}
+	n.badHelloSeen(p, msg, err)
 }
 
 // badHelloSeen warns of a bad hello from p, at most once a minute per peer,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -111,12 +112,15 @@ func (h captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h captureHandler) WithGroup(string) slog.Handler      { return h }
 
 // warnings returns the messages of the WARN records that start with prefix.
-func (h captureHandler) warnings(prefix string) []string {
+func (h captureHandler) warnings(prefix string) []string { return h.at(slog.LevelWarn, prefix) }
+
+// at returns the messages of the records at level that start with prefix.
+func (h captureHandler) at(level slog.Level, prefix string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
 	for _, r := range *h.recs {
-		if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, prefix) {
+		if r.Level == level && strings.HasPrefix(r.Message, prefix) {
 			out = append(out, r.Message)
 		}
 	}
@@ -208,5 +212,64 @@ func TestRelinksOfOnePeerCoalesce(t *testing.T) {
 	})
 	if got := n.relinks.Load(); got != 2 {
 		t.Fatalf("%d relinks for 5 restarts seen during the first, want 2", got)
+	}
+}
+
+// A hello cut short by a reset (the peer's connection closing under it,
+// as a connection opened for one probe and released) is not a bad hello:
+// only bytes that break the protocol are counted, an end of stream in the
+// middle of a message included.
+func TestHelloCutShortIsNotBad(t *testing.T) {
+	logs := newCaptureHandler()
+	n := startNodeDeps(t, loopbackConfig(t, "a"), Deps{Logger: slog.New(logs)})
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Connect(context.Background(), peer.AddrInfo{ID: n.ID(), Addrs: n.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	half := func(end func(network.Stream) error) {
+		t.Helper()
+		s, err := h.NewStream(context.Background(), n.ID(), HelloProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(s, `{"cluster":"tribe","na`)
+		// Once the node reads it: a stream reset before that never
+		// reaches the handler.
+		waitFor(t, "the node to take the hello stream", func() bool {
+			for _, c := range n.Host().Network().ConnsToPeer(h.ID()) {
+				for _, st := range c.GetStreams() {
+					if st.Protocol() == HelloProtocol {
+						return true
+					}
+				}
+			}
+			return false
+		})
+		end(s)
+		waitFor(t, "the node to end the hello stream", func() bool {
+			for _, c := range n.Host().Network().ConnsToPeer(h.ID()) {
+				for _, st := range c.GetStreams() {
+					if st.Protocol() == HelloProtocol {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	}
+	for range 5 {
+		half(network.Stream.Reset)
+	}
+	// Then one that ends mid-message, cleanly: the peer's doing.
+	half(network.Stream.CloseWrite)
+	if got := len(logs.at(slog.LevelDebug, "hello: cut short")); got != 5 {
+		t.Fatalf("hellos cut short logged: %d, want 5", got)
+	}
+	if got := n.badHello.Load(); got != 1 {
+		t.Fatalf("bad hellos counted: %d, want 1 (five resets are not bad hellos)", got)
 	}
 }

@@ -24,6 +24,8 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 
+	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	goyamux "github.com/libp2p/go-yamux/v5"
 	"github.com/tribeagent/tribe/plugins"
 )
 
@@ -424,5 +426,22 @@ collect:
 	}
 	if counted := srv.Refused()[plugins.CodeBusy]; counted != int64(got[plugins.CodeBusy]) {
 		t.Errorf("the callee counted %d busy refusals, the caller got %d", counted, got[plugins.CodeBusy])
+	}
+}
+
+// The muxer is libp2p's yamux but for how often it measures round trips
+// again: keepalives stay on (a peer that vanished without closing is
+// found), the windows stay libp2p's.
+func TestMuxerMeasuresRoundTripsRarely(t *testing.T) {
+	got, want := *(*goyamux.Config)(muxer), *(*goyamux.Config)(yamux.DefaultTransport)
+	if got.MeasureRTTInterval != rttInterval || rttInterval < 5*time.Minute {
+		t.Fatalf("round trips measured every %v, want every %v (at least 5 minutes)", got.MeasureRTTInterval, rttInterval)
+	}
+	if !got.EnableKeepAlive || got.KeepAliveInterval != 30*time.Second {
+		t.Fatalf("keepalive %v every %v, want on every 30s", got.EnableKeepAlive, got.KeepAliveInterval)
+	}
+	want.MeasureRTTInterval = rttInterval
+	if got != want {
+		t.Fatalf("muxer config %+v, want libp2p's but the round trips: %+v", got, want)
 	}
 }

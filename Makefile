@@ -52,6 +52,7 @@ fuzz:
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzReadHello$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip/swim -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeTaskWatchRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzReadKeptFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobOutputRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)

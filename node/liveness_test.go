@@ -100,8 +100,9 @@ func TestSwimForgeryAndRefutation(t *testing.T) {
 }
 
 // A node with no room to serve a probe answers it busy, which the prober
-// takes for alive (swim.ErrBusy), and counts it (swim_busy); a ping-req
-// it cannot carry out, or a probe past the busy answers' bound, is reset.
+// takes for alive (swim.ErrBusy), and counts it (swim_busy), on a kept
+// stream as on one of its own; a ping-req it cannot carry out, or a probe
+// on a stream of its own past the busy answers' bound, is reset.
 func TestBusyNodeAnswersAlive(t *testing.T) {
 	a := startNode(t, loopbackConfig(t, "a"))
 	cb := loopbackConfig(t, "b")
@@ -131,8 +132,11 @@ func TestBusyNodeAnswersAlive(t *testing.T) {
 	for range swimBusyAnswers { // and every busy answer
 		a.swim.refusing <- struct{}{}
 	}
-	if _, err := b.swimExchange(t.Context(), a.ID(), ping); err == nil || errors.Is(err, swim.ErrBusy) {
-		t.Errorf("a probe past the busy answers' bound: %v, want a reset", err)
+	if ans, err := swimSend(t, b, a.ID(), swim.AppendFrame(nil, ping)); err == nil {
+		t.Errorf("a probe past the busy answers' bound was answered %+v, want a reset", ans)
+	}
+	if _, err := b.swimExchange(t.Context(), a.ID(), ping); !errors.Is(err, swim.ErrBusy) {
+		t.Errorf("a probe on the kept stream past the bound: %v, want swim.ErrBusy (its stream answers its own)", err)
 	}
 	for range swimBusyAnswers {
 		<-a.swim.refusing

@@ -61,6 +61,10 @@ type swimState struct {
 	mu      sync.Mutex
 	heard   map[peer.ID]time.Time // when each node last answered or sent a probe (the node's clock)
 	reached map[peer.ID]bool      // connections Reach opened, for the probe that follows to release
+	// kept holds the idle kept stream to each peer pinged on one, and
+	// keptServed counts each peer's kept streams served here (swimkept.go).
+	kept       map[peer.ID]*keptSwim
+	keptServed map[peer.ID]int
 }
 
 // swimConfig is the detector's configuration for the node's.
@@ -162,12 +166,15 @@ func (n *Node) startSwim() error {
 	n.swim.syncing = make(chan struct{}, swimSyncing)
 	n.swim.heard = map[peer.ID]time.Time{}
 	n.swim.reached = map[peer.ID]bool{}
+	n.swim.kept = map[peer.ID]*keptSwim{}
+	n.swim.keptServed = map[peer.ID]int{}
 	d, err := swim.New(n.swimConfig(), swimTransport{n}, rng, n.noteLiveness)
 	if err != nil {
 		return fmt.Errorf("node: failure detector: %w", err)
 	}
 	n.swim.d = d
 	n.host.SetStreamHandler(SwimProtocol, n.serveSwim)
+	n.host.SetStreamHandler(SwimKeptProtocol, n.serveSwimKept)
 	add := func(key string) {
 		if id, err := peer.Decode(strings.TrimPrefix(key, nodesPrefix)); err == nil {
 			n.swimMember(id)
@@ -290,7 +297,13 @@ func (t swimTransport) PingReq(ctx context.Context, via, target string, m swim.M
 // connection it opened made every agent connected to every other (the
 // connection manager trims only past ConnHigh, a minute later).
 func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.Message, error) {
-	if reached := n.takeReached(p); reached || !n.isConnected(p) {
+	reached := n.takeReached(p)
+	if f.Kind == swim.KindPing && n.swimKeptTo(p, reached) {
+		if ks, ok := n.takeKept(p); ok {
+			return n.swimKeptExchange(ctx, p, ks, f)
+		}
+	}
+	if reached || !n.isConnected(p) {
 		defer n.releaseConn(p, n.cfg.TargetPeers)
 		// A probe of a node this one never connected to has only its
 		// record's addresses (members count: see swimMember).
@@ -318,6 +331,13 @@ func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.
 		}
 		return swim.Message{}, err
 	}
+	return n.swimAnswer(p, f, ans)
+}
+
+// swimAnswer is what the answer ans from p to f says: its message, or
+// that p could not reach a ping-req's target (nack) or was too busy to
+// answer a ping (busy, which is alive).
+func (n *Node) swimAnswer(p peer.ID, f, ans swim.Frame) (swim.Message, error) {
 	n.swimHeard(p)
 	switch {
 	case ans.Kind == swim.KindAck && f.Kind != swim.KindSync, ans.Kind == swim.KindSync && f.Kind == swim.KindSync:

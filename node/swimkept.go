@@ -160,6 +160,12 @@ func (ks *keptSwim) exchange(ctx context.Context, f swim.Frame) (swim.Frame, err
 // another exchange holds it (the caller then uses a stream of its own). A
 // stream idle for swimKeptReuse is closed, and the reservation holds none.
 func (n *Node) takeKept(p peer.ID) (ks *keptSwim, ok bool) {
+	var stale network.Stream
+	defer func() {
+		if stale != nil {
+			stale.Close() // outside the lock: it writes
+		}
+	}()
 	n.swim.mu.Lock()
 	defer n.swim.mu.Unlock()
 	ks = n.swim.kept[p]
@@ -170,8 +176,7 @@ func (n *Node) takeKept(p peer.ID) (ks *keptSwim, ok bool) {
 	case ks.busy:
 		return nil, false
 	case ks.s != nil && time.Since(ks.used) >= swimKeptReuse:
-		ks.s.Close()
-		ks.s = nil
+		stale, ks.s = ks.s, nil
 	}
 	ks.busy = true
 	return ks, true

@@ -239,27 +239,9 @@ func TestHelloCutShortIsNotBad(t *testing.T) {
 		io.WriteString(s, `{"cluster":"tribe","na`)
 		// Once the node reads it: a stream reset before that never
 		// reaches the handler.
-		waitFor(t, "the node to take the hello stream", func() bool {
-			for _, c := range n.Host().Network().ConnsToPeer(h.ID()) {
-				for _, st := range c.GetStreams() {
-					if st.Protocol() == HelloProtocol {
-						return true
-					}
-				}
-			}
-			return false
-		})
+		waitFor(t, "the node to take the hello stream", func() bool { return helloStreams(n, h.ID()) == 1 })
 		end(s)
-		waitFor(t, "the node to end the hello stream", func() bool {
-			for _, c := range n.Host().Network().ConnsToPeer(h.ID()) {
-				for _, st := range c.GetStreams() {
-					if st.Protocol() == HelloProtocol {
-						return false
-					}
-				}
-			}
-			return true
-		})
+		waitFor(t, "the node to end the hello stream", func() bool { return helloStreams(n, h.ID()) == 0 })
 	}
 	for range 5 {
 		half(network.Stream.Reset)
@@ -272,4 +254,17 @@ func TestHelloCutShortIsNotBad(t *testing.T) {
 	if got := n.badHello.Load(); got != 1 {
 		t.Fatalf("bad hellos counted: %d, want 1 (five resets are not bad hellos)", got)
 	}
+}
+
+// helloStreams counts the hello streams n holds with p.
+func helloStreams(n *Node, p peer.ID) int {
+	k := 0
+	for _, c := range n.Host().Network().ConnsToPeer(p) {
+		for _, st := range c.GetStreams() {
+			if st.Protocol() == HelloProtocol {
+				k++
+			}
+		}
+	}
+	return k
 }

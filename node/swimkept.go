@@ -84,9 +84,13 @@ func readKeptFrame(br *bufio.Reader) (swim.Frame, error) {
 	if size == 0 || size > swim.MaxFrame {
 		return swim.Frame{}, fmt.Errorf("%w: a kept frame of %d bytes (1 to %d)", swim.ErrFrame, size, swim.MaxFrame)
 	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(br, b); err != nil {
+	// Grown as the bytes arrive: a length alone buys no memory.
+	b, err := io.ReadAll(io.LimitReader(br, int64(size)))
+	if err != nil {
 		return swim.Frame{}, err
+	}
+	if len(b) < int(size) {
+		return swim.Frame{}, io.ErrUnexpectedEOF
 	}
 	if swim.Kind(b[0]) == swim.KindSync {
 		return swim.Frame{}, fmt.Errorf("%w: a snapshot on a kept stream", swim.ErrFrame)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"runtime"
 	"testing"
 	"time"
 
@@ -41,6 +42,16 @@ func keptStreams(n *Node, p peer.ID) int {
 	return k
 }
 
+// keptTo is the stream n keeps for pinging p, if any.
+func keptTo(n *Node, p peer.ID) network.Stream {
+	n.swim.mu.Lock()
+	defer n.swim.mu.Unlock()
+	if ks := n.swim.kept[p]; ks != nil {
+		return ks.s
+	}
+	return nil
+}
+
 // Pings between connected peers share one stream, kept between them.
 func TestPingsShareAKeptStream(t *testing.T) {
 	a, b := connectedPair(t)
@@ -48,17 +59,13 @@ func TestPingsShareAKeptStream(t *testing.T) {
 	if _, err := b.swimExchange(t.Context(), a.ID(), ping); err != nil {
 		t.Fatal(err)
 	}
-	b.swim.mu.Lock()
-	first := b.swim.kept[a.ID()].s
-	b.swim.mu.Unlock()
+	first := keptTo(b, a.ID())
 	for range 20 {
 		if _, err := b.swimExchange(t.Context(), a.ID(), ping); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b.swim.mu.Lock()
-	last := b.swim.kept[a.ID()].s
-	b.swim.mu.Unlock()
+	last := keptTo(b, a.ID())
 	if first == nil || last != first {
 		t.Fatalf("21 pings: kept stream %v then %v, want the same one", first, last)
 	}
@@ -76,9 +83,7 @@ func TestClosedKeptStreamIsReplaced(t *testing.T) {
 	if _, err := b.swimExchange(t.Context(), a.ID(), ping); err != nil {
 		t.Fatal(err)
 	}
-	b.swim.mu.Lock()
-	old := b.swim.kept[a.ID()].s
-	b.swim.mu.Unlock()
+	old := keptTo(b, a.ID())
 	// a drops every kept stream b opened to it.
 	for _, c := range a.host.Network().ConnsToPeer(b.ID()) {
 		for _, s := range c.GetStreams() {
@@ -90,9 +95,7 @@ func TestClosedKeptStreamIsReplaced(t *testing.T) {
 	if _, err := b.swimExchange(t.Context(), a.ID(), ping); err != nil {
 		t.Fatalf("a ping after a closed its end: %v", err)
 	}
-	b.swim.mu.Lock()
-	now := b.swim.kept[a.ID()].s
-	b.swim.mu.Unlock()
+	now := keptTo(b, a.ID())
 	if now == nil || now == old {
 		t.Fatalf("kept stream %v after the close, want a new one (was %v)", now, old)
 	}
@@ -190,4 +193,21 @@ func FuzzReadKeptFrame(f *testing.F) {
 			t.Fatalf("%+v does not survive its own encoding: %+v, %v", fr, again, err)
 		}
 	})
+}
+
+// A kept frame's length alone buys no memory: the frame grows as its
+// bytes arrive.
+func TestKeptFrameLengthBuysNoMemory(t *testing.T) {
+	raw := append(binary.AppendUvarint(nil, swim.MaxFrame), 1, 2, 3)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		if _, err := readKeptFrame(bufio.NewReaderSize(bytes.NewReader(raw), 16)); err == nil {
+			t.Fatal("a frame cut short was read")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 100*swim.MaxFrame/4 {
+		t.Fatalf("100 frames announcing %d bytes and sending 3 allocated %d bytes", swim.MaxFrame, got)
+	}
 }

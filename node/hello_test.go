@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -135,14 +137,7 @@ func TestBadHellosAreWarnedOncePerPeerPerMinute(t *testing.T) {
 	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	n := startNodeDeps(t, loopbackConfig(t, "a"), Deps{Logger: slog.New(logs), Now: clock})
 
-	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := h.Connect(context.Background(), peer.AddrInfo{ID: n.ID(), Addrs: n.Host().Addrs()}); err != nil {
-		t.Fatal(err)
-	}
+	h := bareHostConnectedTo(t, n)
 	badHellos := func(k int) {
 		t.Helper()
 		for range k {
@@ -222,14 +217,7 @@ func TestRelinksOfOnePeerCoalesce(t *testing.T) {
 func TestHelloCutShortIsNotBad(t *testing.T) {
 	logs := newCaptureHandler()
 	n := startNodeDeps(t, loopbackConfig(t, "a"), Deps{Logger: slog.New(logs)})
-	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := h.Connect(context.Background(), peer.AddrInfo{ID: n.ID(), Addrs: n.Host().Addrs()}); err != nil {
-		t.Fatal(err)
-	}
+	h := bareHostConnectedTo(t, n)
 	half := func(end func(network.Stream) error) {
 		t.Helper()
 		s, err := h.NewStream(context.Background(), n.ID(), HelloProtocol)
@@ -239,9 +227,9 @@ func TestHelloCutShortIsNotBad(t *testing.T) {
 		io.WriteString(s, `{"cluster":"tribe","na`)
 		// Once the node reads it: a stream reset before that never
 		// reaches the handler.
-		waitFor(t, "the node to take the hello stream", func() bool { return helloStreams(n, h.ID()) == 1 })
+		waitFor(t, "the node to take the hello stream", func() bool { return streamsWith(n, h.ID(), HelloProtocol) == 1 })
 		end(s)
-		waitFor(t, "the node to end the hello stream", func() bool { return helloStreams(n, h.ID()) == 0 })
+		waitFor(t, "the node to end the hello stream", func() bool { return streamsWith(n, h.ID(), HelloProtocol) == 0 })
 	}
 	for range 5 {
 		half(network.Stream.Reset)
@@ -256,12 +244,27 @@ func TestHelloCutShortIsNotBad(t *testing.T) {
 	}
 }
 
-// helloStreams counts the hello streams n holds with p.
-func helloStreams(n *Node, p peer.ID) int {
+// bareHostConnectedTo is a libp2p host of its own (no tribe protocols),
+// connected to n and closed when the test ends.
+func bareHostConnectedTo(t *testing.T, n *Node) host.Host {
+	t.Helper()
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	if err := h.Connect(context.Background(), peer.AddrInfo{ID: n.ID(), Addrs: n.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// streamsWith counts the streams of protocol proto n holds with p.
+func streamsWith(n *Node, p peer.ID, proto protocol.ID) int {
 	k := 0
 	for _, c := range n.Host().Network().ConnsToPeer(p) {
 		for _, st := range c.GetStreams() {
-			if st.Protocol() == HelloProtocol {
+			if st.Protocol() == proto {
 				k++
 			}
 		}

@@ -29,19 +29,6 @@ func connectedPair(t *testing.T) (a, b *Node) {
 	return a, b
 }
 
-// keptStreams counts the streams of the kept protocol n holds with p.
-func keptStreams(n *Node, p peer.ID) int {
-	k := 0
-	for _, c := range n.host.Network().ConnsToPeer(p) {
-		for _, s := range c.GetStreams() {
-			if s.Protocol() == SwimKeptProtocol {
-				k++
-			}
-		}
-	}
-	return k
-}
-
 // keptTo is the stream n keeps for pinging p, if any.
 func keptTo(n *Node, p peer.ID) network.Stream {
 	n.swim.mu.Lock()
@@ -70,7 +57,7 @@ func TestPingsShareAKeptStream(t *testing.T) {
 		t.Fatalf("21 pings: kept stream %v then %v, want the same one", first, last)
 	}
 	// a's own probes of b keep one too; b's to a is one of a's at most two.
-	if got := keptStreams(a, b.ID()); got < 1 || got > 2 {
+	if got := streamsWith(a, b.ID(), SwimKeptProtocol); got < 1 || got > 2 {
 		t.Fatalf("a holds %d kept streams with b, want 1 or 2 (one each way)", got)
 	}
 }

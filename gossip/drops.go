@@ -16,6 +16,7 @@ import (
 // growing count means a node is overloaded or its queues are too short.
 // It is a pubsub.RawTracer (PubSubOptions installs it).
 type Drops struct {
+	quietTracer
 	outbound, validation, undelivered atomic.Int64
 }
 
@@ -42,19 +43,26 @@ func (d *Drops) RejectMessage(_ *pubsub.Message, reason string) {
 
 func (d *Drops) UndeliverableMessage(*pubsub.Message) { d.undelivered.Add(1) }
 
-func (d *Drops) AddPeer(peer.ID, protocol.ID)             {}
-func (d *Drops) RemovePeer(peer.ID)                       {}
-func (d *Drops) OnNewOutboundStream(peer.ID, protocol.ID) {}
-func (d *Drops) OnClosedOutboundStream(peer.ID)           {}
-func (d *Drops) Join(string)                              {}
-func (d *Drops) Leave(string)                             {}
-func (d *Drops) Graft(peer.ID, string)                    {}
-func (d *Drops) Prune(peer.ID, string)                    {}
-func (d *Drops) ValidateMessage(*pubsub.Message)          {}
-func (d *Drops) DeliverMessage(*pubsub.Message)           {}
-func (d *Drops) DuplicateMessage(*pubsub.Message)         {}
-func (d *Drops) ThrottlePeer(peer.ID)                     {}
-func (d *Drops) RecvRPC(*pubsub.RPC)                      {}
-func (d *Drops) SendRPC(*pubsub.RPC, peer.ID)             {}
+// quietTracer is a pubsub.RawTracer that does nothing: tracers embed it
+// and implement what they count.
+type quietTracer struct{}
+
+func (quietTracer) AddPeer(peer.ID, protocol.ID)             {}
+func (quietTracer) RemovePeer(peer.ID)                       {}
+func (quietTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
+func (quietTracer) OnClosedOutboundStream(peer.ID)           {}
+func (quietTracer) Join(string)                              {}
+func (quietTracer) Leave(string)                             {}
+func (quietTracer) Graft(peer.ID, string)                    {}
+func (quietTracer) Prune(peer.ID, string)                    {}
+func (quietTracer) ValidateMessage(*pubsub.Message)          {}
+func (quietTracer) DeliverMessage(*pubsub.Message)           {}
+func (quietTracer) DuplicateMessage(*pubsub.Message)         {}
+func (quietTracer) ThrottlePeer(peer.ID)                     {}
+func (quietTracer) RecvRPC(*pubsub.RPC)                      {}
+func (quietTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
+func (quietTracer) DropRPC(*pubsub.RPC, peer.ID)             {}
+func (quietTracer) RejectMessage(*pubsub.Message, string)    {}
+func (quietTracer) UndeliverableMessage(*pubsub.Message)     {}
 
 var _ pubsub.RawTracer = (*Drops)(nil)

@@ -196,9 +196,9 @@ const (
 // without it (go-libp2p-pubsub's default is off) an entry published while
 // the mesh is still empty, just after start, went nowhere — the next
 // heartbeat grafts those very peers into the mesh and gossip skips mesh
-// peers — and waited for the periodic anti-entropy (seen: 30 s). Drops,
-// if not nil, counts what pubsub drops under load.
-func PubSubOptions(topic string, drops *Drops) []pubsub.Option {
+// peers — and waited for the periodic anti-entropy (seen: 30 s). Tracers
+// count what pubsub does (Drops, Traffic).
+func PubSubOptions(topic string, tracers ...pubsub.RawTracer) []pubsub.Option {
 	params, thresholds := scoreParams(topic)
 	opts := []pubsub.Option{
 		pubsub.WithPeerScore(params, thresholds),
@@ -220,8 +220,8 @@ func PubSubOptions(topic string, drops *Drops) []pubsub.Option {
 		// in a 300-node simulation. The queue grows only when used.
 		pubsub.WithPeerOutboundQueueSize(outboundQueue),
 	}
-	if drops != nil {
-		opts = append(opts, pubsub.WithRawTracer(drops))
+	for _, t := range tracers {
+		opts = append(opts, pubsub.WithRawTracer(t))
 	}
 	return opts
 }

@@ -58,7 +58,7 @@ func TestRejectedEntriesCostTheSenderScore(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ps, err := pubsub.NewGossipSub(ctx, rogue, PubSubOptions("", nil)...) // unsigned, as the replica wants
+	ps, err := pubsub.NewGossipSub(ctx, rogue, PubSubOptions("")...) // unsigned, as the replica wants
 	if err != nil {
 		t.Fatal(err)
 	}

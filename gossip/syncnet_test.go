@@ -123,7 +123,7 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ps, err := pubsub.NewGossipSub(ctx, h, append(PubSubOptions(cfg.Topic, nil), n.psOpts...)...)
+	ps, err := pubsub.NewGossipSub(ctx, h, append(PubSubOptions(cfg.Topic), n.psOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

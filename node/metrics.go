@@ -64,6 +64,8 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 		Dropped:          n.drops.Counts(),
 		Plugins:          map[string]int{"loaded": 0, "error": 0},
 	}
+	traffic, dups := n.traffic.Counts()
+	snap.Pubsub = metrics.Pubsub{Sent: traffic["sent"], Received: traffic["received"], Duplicates: dups}
 	if n.swim.d != nil {
 		snap.ProbeHealth = n.swim.d.Stats().Health
 	}

@@ -150,7 +150,8 @@ type Node struct {
 	// callConnsClosed counts connections opened for a call and closed
 	// after it (releaseCallConn).
 	callConnsClosed atomic.Int64
-	drops           gossip.Drops // what pubsub drops under load
+	drops           gossip.Drops   // what pubsub drops under load
+	traffic         gossip.Traffic // what pubsub sends and receives
 
 	helloWarn *warnLimit // at most one bad-hello warning per peer a minute
 	authWarn  *warnLimit // at most one warning per author a minute (authority.go)
@@ -377,7 +378,7 @@ func (n *Node) Start(ctx context.Context) error {
 	// is there: a peer that redialled a restarting agent at once got in
 	// first, and the agent's pubsub never wrote to it.
 	var err error
-	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions(stateTopic(n.cfg.Cluster), &n.drops)...); err != nil {
+	if n.pubsub, err = pubsub.NewGossipSub(n.ctx, n.host, gossip.PubSubOptions(stateTopic(n.cfg.Cluster), &n.drops, &n.traffic)...); err != nil {
 		return fmt.Errorf("node: pubsub: %w", err)
 	}
 	if err := n.replica.Start(n.pubsub); err != nil {

@@ -216,7 +216,7 @@ func TestBadEntriesAreRejectedCountedAndChangeNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := pubsub.NewGossipSub(ctx, rogue, gossip.PubSubOptions("", nil)...)
+	ps, err := pubsub.NewGossipSub(ctx, rogue, gossip.PubSubOptions("")...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,6 +146,14 @@ func TestMetricsEndToEnd(t *testing.T) {
 	if v, _ := series(fams, "tribe_plugins", "state", "loaded"); v != 1 {
 		t.Errorf("tribe_plugins{state=loaded} = %v, want 1", v)
 	}
+	// The rogue's two messages came in (what pubsub sends is counted
+	// too: gossip's own test checks it).
+	if v, _ := series(fams, "tribe_pubsub_received_total", "part", "message"); v < 2 {
+		t.Errorf("tribe_pubsub_received_total{part=message} = %v, want at least the rogue's 2", v)
+	}
+	if _, ok := series(fams, "tribe_pubsub_sent_total", "part", "rpc"); !ok {
+		t.Error("no tribe_pubsub_sent_total{part=rpc}")
+	}
 }
 
 // A bad --metrics-addr is a usage error that says what is wanted.

@@ -173,7 +173,7 @@ func newRogue(t *testing.T, target string) *rogue {
 	t.Cleanup(func() { h.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ps, err := pubsub.NewGossipSub(ctx, h, gossip.PubSubOptions("", nil)...)
+	ps, err := pubsub.NewGossipSub(ctx, h, gossip.PubSubOptions("")...)
 	if err != nil {
 		t.Fatal(err)
 	}

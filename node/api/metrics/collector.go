@@ -26,6 +26,14 @@ var (
 	descDropped = prometheus.NewDesc("tribe_pubsub_dropped_total",
 		"Message copies pubsub dropped under load, by queue; anti-entropy repairs them, a growing rate means an overloaded node.",
 		[]string{"queue"}, nil)
+	descPubsub = prometheus.NewDesc("tribe_pubsub_sent_total",
+		"What pubsub sent: RPCs (part=rpc) and, in them, entries (message) and gossip control (ihave, iwant, graft, prune, idontwant). At idle, a rate that grows with the fleet is gossip whose cost per node is not flat.",
+		[]string{"part"}, nil)
+	descPubsubRecv = prometheus.NewDesc("tribe_pubsub_received_total",
+		"What pubsub received, by part as tribe_pubsub_sent_total.",
+		[]string{"part"}, nil)
+	descDuplicates = prometheus.NewDesc("tribe_pubsub_duplicates_total",
+		"Copies of entries pubsub received again (already seen): the price of gossip's redundancy.", nil, nil)
 	descPulls = prometheus.NewDesc("tribe_sync_pulls_total",
 		"Anti-entropy pulls this node made.", nil, nil)
 	descPullsFailed = prometheus.NewDesc("tribe_sync_pulls_failed_total",
@@ -60,7 +68,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelayed, descRelinks, descJoinRedials, descCommits, descPlugins} {
+		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelayed, descRelinks, descJoinRedials, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -92,6 +100,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for k, v := range s.Dropped {
 		counter(descDropped, v, k)
 	}
+	for k, v := range s.Pubsub.Sent {
+		counter(descPubsub, v, k)
+	}
+	for k, v := range s.Pubsub.Received {
+		counter(descPubsubRecv, v, k)
+	}
+	counter(descDuplicates, s.Pubsub.Duplicates)
 	counter(descPulls, s.Sync.Pulls)
 	counter(descPullsFailed, s.Sync.Failed)
 	counter(descRelinks, s.Sync.Relinks)

@@ -79,11 +79,21 @@ type Snapshot struct {
 	Rejected map[string]int64
 	// Dropped is the message copies pubsub dropped, by queue.
 	Dropped map[string]int64
+	// Pubsub is what pubsub sent and received.
+	Pubsub Pubsub
 	// Sync adds up the anti-entropy pulls this node made.
 	Sync Sync
 	// Plugins counts this node's (tribe, plugin) instances by state:
 	// loaded or error.
 	Plugins map[string]int
+}
+
+// Pubsub is what pubsub sent and received, by part (rpc, message, ihave,
+// iwant, graft, prune, idontwant), and the copies of entries it received
+// again.
+type Pubsub struct {
+	Sent, Received map[string]int64
+	Duplicates     int64
 }
 
 // Sync is the totals of anti-entropy pulls: how many were made and how

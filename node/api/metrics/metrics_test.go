@@ -108,6 +108,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		NodesByAdmission: map[string]int{"admitted": 3, "pending": 2},
 		Rejected:         map[string]int64{"bad_signature": 2, "call_unauthorized": 5},
 		Dropped:          map[string]int64{"outbound_queue": 7},
+		Pubsub:           Pubsub{Sent: map[string]int64{"rpc": 30, "ihave": 6}, Received: map[string]int64{"message": 11}, Duplicates: 5},
 		Sync:             Sync{Pulls: 10, Failed: 1, Rounds: 14, BytesSent: 1000, BytesRecv: 5000, Fetched: 9, Applied: 8, Relayed: 4, Relinks: 3, JoinRedials: 2},
 		Plugins:          map[string]int{"loaded": 2, "error": 1},
 	}}
@@ -138,6 +139,10 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		{"tribe_rejected_total", map[string]string{"reason": "bad_signature"}, 2, dto.MetricType_COUNTER},
 		{"tribe_rejected_total", map[string]string{"reason": "call_unauthorized"}, 5, dto.MetricType_COUNTER},
 		{"tribe_pubsub_dropped_total", map[string]string{"queue": "outbound_queue"}, 7, dto.MetricType_COUNTER},
+		{"tribe_pubsub_sent_total", map[string]string{"part": "rpc"}, 30, dto.MetricType_COUNTER},
+		{"tribe_pubsub_sent_total", map[string]string{"part": "ihave"}, 6, dto.MetricType_COUNTER},
+		{"tribe_pubsub_received_total", map[string]string{"part": "message"}, 11, dto.MetricType_COUNTER},
+		{"tribe_pubsub_duplicates_total", nil, 5, dto.MetricType_COUNTER},
 		{"tribe_sync_pulls_total", nil, 10, dto.MetricType_COUNTER},
 		{"tribe_sync_pulls_failed_total", nil, 1, dto.MetricType_COUNTER},
 		{"tribe_peer_relinks_total", nil, 3, dto.MetricType_COUNTER},

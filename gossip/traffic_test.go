@@ -1,0 +1,79 @@
+package gossip
+
+import (
+	"context"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/p2p/net/mock"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+)
+
+func TestTrafficCountsRPCsByPart(t *testing.T) {
+	var tr Traffic
+	msg := &pb.Message{Data: []byte("x")}
+	tr.SendRPC(&pubsub.RPC{RPC: pb.RPC{Publish: []*pb.Message{msg, msg}}}, "")
+	tr.SendRPC(&pubsub.RPC{RPC: pb.RPC{Control: &pb.ControlMessage{
+		Ihave: []*pb.ControlIHave{{}, {}, {}}, Graft: []*pb.ControlGraft{{}}}}}, "")
+	tr.RecvRPC(&pubsub.RPC{RPC: pb.RPC{Publish: []*pb.Message{msg}, Control: &pb.ControlMessage{
+		Iwant: []*pb.ControlIWant{{}}, Prune: []*pb.ControlPrune{{}, {}}, Idontwant: []*pb.ControlIDontWant{{}}}}})
+	tr.RecvRPC(&pubsub.RPC{RPC: pb.RPC{Subscriptions: []*pb.RPC_SubOpts{{}}}})
+	tr.DuplicateMessage(&pubsub.Message{Message: msg})
+
+	got, dups := tr.Counts()
+	want := map[string]map[string]int64{
+		"sent":     {"rpc": 2, "message": 2, "ihave": 3, "iwant": 0, "graft": 1, "prune": 0, "idontwant": 0},
+		"received": {"rpc": 2, "message": 1, "ihave": 0, "iwant": 1, "graft": 0, "prune": 2, "idontwant": 1},
+	}
+	for dir, parts := range want {
+		for part, n := range parts {
+			if got[dir][part] != n {
+				t.Errorf("%s %s = %d, want %d", dir, part, got[dir][part], n)
+			}
+		}
+		if len(got[dir]) != len(parts) {
+			t.Errorf("%s has parts %v, want exactly %v", dir, got[dir], parts)
+		}
+	}
+	if dups != 1 {
+		t.Errorf("duplicates = %d, want 1", dups)
+	}
+}
+
+// TestTrafficOfAPublish: an entry one replica writes is counted as sent
+// there and as received by its peer.
+func TestTrafficOfAPublish(t *testing.T) {
+	mn := mocknet.New()
+	t.Cleanup(func() { mn.Close() })
+	var nets [2]*testNet
+	var traffic [2]Traffic
+	for i := range nets {
+		h, err := mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nets[i] = &testNet{mn: mn, psOpts: []pubsub.Option{pubsub.WithRawTracer(&traffic[i])}}
+		nets[i].start(t, h)
+	}
+	n, m := nets[0], nets[1]
+	if _, err := mn.LinkPeers(n.h.ID(), m.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mn.ConnectPeers(n.h.ID(), m.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(m.r.topic.ListPeers()) > 0 && len(n.r.topic.ListPeers()) > 0 })
+	if _, err := m.r.Put(context.Background(), "tribes/t", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := n.r.Get("tribes/t"); return ok })
+	sent, _ := traffic[1].Counts()
+	received, _ := traffic[0].Counts()
+	if sent["sent"]["message"] < 1 || sent["sent"]["rpc"] < 1 {
+		t.Errorf("the writer counted %v sent, want the entry", sent["sent"])
+	}
+	if received["received"]["message"] < 1 || received["received"]["rpc"] < 1 {
+		t.Errorf("its peer counted %v received, want the entry", received["received"])
+	}
+}

@@ -253,9 +253,18 @@ const rttInterval = 10 * time.Minute
 
 // muxer is libp2p's yamux (16 MiB stream windows, no stream count limit
 // besides the resource manager's), re-measuring round trips every
-// rttInterval.
+// rttInterval, and without keepalive pings: yamux sends one on every
+// connection that heard nothing for 30 s, and each wakes both agents
+// (the sender's timer, the answer, the pong). An idle agent holds 40–100
+// connections in a fleet of 100, so those pings were a steady share of
+// what woke it, and grow with the connections it holds. What they found
+// is found without them: the kernel's TCP keepalive (libp2p sets it,
+// every 30 s) tells a peer that vanished without waking the process, and
+// a member the failure detector finds dead has its connections closed
+// (closeDead). QUIC connections keep QUIC's own keepalive.
 var muxer = func() *yamux.Transport {
 	c := *(*goyamux.Config)(yamux.DefaultTransport)
 	c.MeasureRTTInterval = rttInterval
+	c.EnableKeepAlive = false
 	return (*yamux.Transport)(&c)
 }()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip/swim"
@@ -176,5 +177,37 @@ func TestReachedConnectionReleasedAfterTheProbe(t *testing.T) {
 	}
 	if b.isConnected(c.ID()) {
 		t.Error("the connection Reach opened outlived its probe, with b past its target of 1 peer")
+	}
+}
+
+// A member the failure detector finds dead has its connections closed
+// here (yamux sends no keepalives that would find a vanished host); other
+// changes leave them be. b dials a again at once (its --join), so the
+// test watches for the close, not for the state after it.
+func TestDeadMemberConnectionsClosed(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	c := loopbackConfig(t, "b")
+	c.Join = []string{tcpAddr(a)}
+	b := startNode(t, c)
+	waitFor(t, "a to be connected to b", func() bool { return a.isConnected(b.ID()) })
+	closed := make(chan struct{}, 64)
+	a.host.Network().Notify(&network.NotifyBundle{DisconnectedF: func(_ network.Network, cn network.Conn) {
+		if cn.RemotePeer() == b.ID() {
+			closed <- struct{}{}
+		}
+	}})
+	for _, st := range []swim.State{swim.Alive, swim.Suspect, swim.Left} {
+		a.swimChanged([]swim.Change{{Node: string(b.ID()), State: st}})
+	}
+	select {
+	case <-closed:
+		t.Fatal("a closed its connection to b, alive, suspect or left")
+	case <-time.After(200 * time.Millisecond): // a close would be spawned
+	}
+	a.swimChanged([]swim.Change{{Node: string(b.ID()), State: swim.Dead}})
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a did not close its connection to b, found dead")
 	}
 }

@@ -168,7 +168,7 @@ func (n *Node) startSwim() error {
 	n.swim.reached = map[peer.ID]bool{}
 	n.swim.kept = map[peer.ID]*keptSwim{}
 	n.swim.keptServed = map[peer.ID]int{}
-	d, err := swim.New(n.swimConfig(), swimTransport{n}, rng, n.noteLiveness)
+	d, err := swim.New(n.swimConfig(), swimTransport{n}, rng, n.swimChanged)
 	if err != nil {
 		return fmt.Errorf("node: failure detector: %w", err)
 	}
@@ -191,6 +191,34 @@ func (n *Node) startSwim() error {
 	n.spawn(func() { d.Run(n.ctx) })
 	n.spawn(n.swimSyncLoop)
 	return nil
+}
+
+// swimChanged takes the detector's changes: events for watchers, and the
+// connections to members now dead closed (closeDead).
+func (n *Node) swimChanged(changes []swim.Change) {
+	n.noteLiveness(changes)
+	n.closeDead(changes)
+}
+
+// closeDead closes the connections held to members the detector found
+// dead: a host that vanished (power lost, network cut) leaves its
+// connections open here, with nothing on them to say so, since yamux
+// sends no keepalives (see muxer); the kernel's TCP keepalive would close
+// them minutes later. Streams opened on them meanwhile would wait out
+// their deadlines instead of failing at once on a dial. A member that is
+// alive after all (it refutes) is dialled again when next needed.
+func (n *Node) closeDead(changes []swim.Change) {
+	for _, c := range changes {
+		if c.State != swim.Dead {
+			continue
+		}
+		p := peer.ID(c.Node)
+		if n.host.Network().Connectedness(p) != network.Connected {
+			continue
+		}
+		n.log.Debug("closing the connections to a member found dead", "peer", p)
+		n.spawn(func() { n.host.Network().ClosePeer(p) }) // not under the detector's turn
+	}
 }
 
 // swimSyncLoop trades snapshots with a random connected peer that counts:

@@ -10,8 +10,8 @@ import (
 // Peer scoring (gossipsub v1.1) on the state topic counts one thing: the
 // entries a peer delivers that the validator rejects (see honestMayRelay
 // for what is rejected rather than ignored). Each costs
-// InvalidEntryWeight × (rejected so far)², decaying to a tenth in
-// invalidEntryDecay, so a peer that sends a few bad entries by mistake
+// InvalidEntryWeight × (rejected so far)², the count decaying every
+// scoreDecayInterval to a hundredth (then 0) in invalidEntryDecay, so a peer that sends a few bad entries by mistake
 // recovers, and one that keeps sending them is cut off:
 //
 //	rejected entries   score   what pubsub does with the peer
@@ -27,10 +27,18 @@ const (
 	InvalidEntryWeight = -10.0
 	invalidEntryDecay  = 10 * time.Minute
 
+	// scoreDecayInterval is how often pubsub decays the counters: at
+	// pubsub's default of a second, a timer that woke every idle agent
+	// once a second for a decay that takes ten minutes.
+	scoreDecayInterval = 10 * time.Second
+
 	GossipThreshold   = -50.0
 	PublishThreshold  = -100.0
 	GraylistThreshold = -200.0
 )
+
+// decayToZero is where pubsub rounds a decaying counter down to 0.
+const decayToZero = 0.01
 
 func scoreParams(topic string) (*pubsub.PeerScoreParams, *pubsub.PeerScoreThresholds) {
 	params := &pubsub.PeerScoreParams{
@@ -42,11 +50,11 @@ func scoreParams(topic string) (*pubsub.PeerScoreParams, *pubsub.PeerScoreThresh
 			// in the mesh.
 			TimeInMeshQuantum:              time.Second,
 			InvalidMessageDeliveriesWeight: InvalidEntryWeight,
-			InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(invalidEntryDecay),
+			InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecayWithBase(invalidEntryDecay, scoreDecayInterval, decayToZero),
 		}},
 		AppSpecificScore: func(peer.ID) float64 { return 0 },
-		DecayInterval:    time.Second,
-		DecayToZero:      0.01,
+		DecayInterval:    scoreDecayInterval,
+		DecayToZero:      decayToZero,
 		// A peer that disconnects and comes back keeps its score for this
 		// long: reconnecting does not wash it.
 		RetainScore: invalidEntryDecay,

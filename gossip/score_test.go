@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -111,4 +112,19 @@ func TestRejectedEntriesCostTheSenderScore(t *testing.T) {
 		t.Errorf("%d refused entries counted (%v) for %d sent, want 5 to %d", total, n.r.Rejected(), sent, sent)
 	}
 	t.Logf("score %.0f after %d rejected entries", score(), sent)
+}
+
+// The counters decay every scoreDecayInterval (not pubsub's second: a
+// timer that woke idle agents), at a rate that still takes a rejected
+// entry's count to a hundredth in invalidEntryDecay.
+func TestScoreDecaysRarelyAtTheSameRate(t *testing.T) {
+	params, _ := scoreParams("tribe/test")
+	if params.DecayInterval != scoreDecayInterval || scoreDecayInterval < 10*time.Second {
+		t.Fatalf("decay every %v, want every %v (at least 10 s)", params.DecayInterval, scoreDecayInterval)
+	}
+	f := params.Topics["tribe/test"].InvalidMessageDeliveriesDecay
+	ticks := float64(invalidEntryDecay / params.DecayInterval)
+	if left := math.Pow(f, ticks); math.Abs(left-decayToZero) > 1e-9 {
+		t.Fatalf("after %v a count is %.4f of itself, want %v", invalidEntryDecay, left, decayToZero)
+	}
 }

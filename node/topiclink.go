@@ -57,13 +57,14 @@ func staleTopicLinks(connected []peer.ID, inTopic map[peer.ID]bool, missing map[
 
 // topicLinkLoop relinks the connected peers of the cluster that count
 // (admitted or trusted, or anyone in an open cluster) and stay missing
-// from the state topic (staleTopicLinks), checking every probe interval.
+// from the state topic (staleTopicLinks), checking every half grace (a
+// check a second woke every idle agent for what happens in a join storm).
 // A peer is relinked at most once in topicLinkRetry graces: a peer that
 // never joins the topic (it cannot be made to) is dialled again that
 // often, not every grace, at addresses it named itself.
 func (n *Node) topicLinkLoop() {
-	every := n.cfg.ProbeInterval
-	grace := topicLinkGrace * every
+	grace := topicLinkGrace * n.cfg.ProbeInterval
+	every := grace / 2
 	missing := map[peer.ID]time.Time{}
 	relinked := map[peer.ID]time.Time{}
 	for n.sleep(every) {

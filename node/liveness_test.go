@@ -211,3 +211,16 @@ func TestDeadMemberConnectionsClosed(t *testing.T) {
 		t.Fatal("a did not close its connection to b, found dead")
 	}
 }
+
+// A helper's nack to a ping-req carries what it knows of the target that
+// is final (it left, or is dead): the requester takes the message along
+// with the nack.
+func TestNackCarriesItsMessage(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	left := swim.Update{Node: "gone", State: swim.Left, From: "gone", Sig: []byte("sig")}
+	m, err := a.swimAnswer("helper", swim.Frame{Kind: swim.KindPingReq, Target: "gone"},
+		swim.Frame{Kind: swim.KindNack, Msg: swim.Message{Updates: []swim.Update{left}}})
+	if !errors.Is(err, swim.ErrNack) || len(m.Updates) != 1 || m.Updates[0].State != swim.Left {
+		t.Fatalf("a nack read as %+v, %v; want its left update and ErrNack", m, err)
+	}
+}

@@ -371,7 +371,7 @@ func (n *Node) swimAnswer(p peer.ID, f, ans swim.Frame) (swim.Message, error) {
 	case ans.Kind == swim.KindAck && f.Kind != swim.KindSync, ans.Kind == swim.KindSync && f.Kind == swim.KindSync:
 		return ans.Msg, nil
 	case ans.Kind == swim.KindNack:
-		return swim.Message{}, swim.ErrNack
+		return ans.Msg, swim.ErrNack // it may say the target left or died
 	case ans.Kind == swim.KindBusy && f.Kind == swim.KindPing:
 		return swim.Message{}, swim.ErrBusy
 	}

@@ -18,7 +18,9 @@ type Transport interface {
 	// PingReq asks via to probe target for this node (via's
 	// HandlePingReq); an ack means target answered via. An error that
 	// wraps ErrNack means via answered that target did not: via is
-	// healthy, which tells this node its own health (Lifeguard).
+	// healthy, which tells this node its own health (Lifeguard); the
+	// message then holds what via knows of target that is final (it
+	// left, or is dead), if anything.
 	PingReq(ctx context.Context, via, target string, m Message) (Message, error)
 }
 
@@ -253,8 +255,8 @@ func (d *Detector) probe(ctx context.Context) {
 		msg := d.message(via)
 		go func() {
 			ack, err := d.tr.PingReq(ictx, via, target, msg)
-			if err == nil {
-				d.receive(ack)
+			if err == nil || errors.Is(err, ErrNack) {
+				d.receive(ack) // a nack may say target left or died
 			}
 			answered <- err
 		}()
@@ -442,17 +444,27 @@ func (d *Detector) HandlePing(from string, m Message) Message {
 }
 
 // HandlePingReq probes target for node from and answers when target
-// did; the error is why it did not (ctx bounds the wait). It gives up in
-// time for its nack to reach a healthy requester before the requester's
-// indirect window (ProbeInterval − ProbeTimeout) closes: a nack that comes
-// late reads as the requester's own ill health.
+// did; the error is why it did not (ctx bounds the wait), and the message
+// then holds this node's word that target left or is dead, if it holds
+// one: a requester that missed a leave (or a death) learns it here rather
+// than accusing a node that is gone for good, as its snapshot trades
+// would tell it a minute later. It gives up in time for its nack to reach
+// a healthy requester before the requester's indirect window
+// (ProbeInterval − ProbeTimeout) closes: a nack that comes late reads as
+// the requester's own ill health.
 func (d *Detector) HandlePingReq(ctx context.Context, from, target string, m Message) (Message, error) {
 	d.receive(m)
 	ctx, cancel := context.WithTimeout(ctx, min(d.cfg.ProbeTimeout, (d.cfg.ProbeInterval-d.cfg.ProbeTimeout)*4/5))
 	defer cancel()
 	ack, err := d.tr.Ping(ctx, target, d.message(target))
 	if err != nil && !errors.Is(err, ErrBusy) { // busy is alive
-		return Message{}, err
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		var gone Message
+		if u, ok := d.m.Gone(target); ok {
+			gone.Updates = []Update{u}
+		}
+		return gone, err
 	}
 	d.receive(ack)
 	return d.message(from), nil

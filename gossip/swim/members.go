@@ -560,6 +560,16 @@ func (m *Members) PiggybackTo(node string) []Update {
 	return us
 }
 
+// Gone is the signed update that says node left or is dead, if this node
+// holds it so: what a helper tells a prober whose target did not answer.
+func (m *Members) Gone(node string) (Update, bool) {
+	mb := m.members[node]
+	if mb == nil || (mb.state != Left && mb.state != Dead) || mb.last.Node == "" {
+		return Update{}, false
+	}
+	return mb.last, true
+}
+
 // MaxSnapshot caps the updates of one snapshot.
 const MaxSnapshot = 8192
 

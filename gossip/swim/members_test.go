@@ -396,3 +396,25 @@ func TestNextProbeNear(t *testing.T) {
 		t.Fatalf("the round without neighbours: %v, want b, c, d", seen)
 	}
 }
+
+// TestGone: what a helper tells a prober whose target did not answer is
+// its signed word that the target left or is dead, and nothing for a
+// member alive, suspect or unknown.
+func TestGone(t *testing.T) {
+	m := newTestMembers("a", "b", "c", "d", "e")
+	dead := Update{Node: "b", State: Dead, Incarnation: 0, From: "c", Sig: []byte("c's")}
+	left := Update{Node: "d", State: Left, Incarnation: 0, From: "d", Sig: []byte("d's")}
+	m.Apply([]Update{dead, left, {Node: "e", State: Suspect, Incarnation: 0, From: "c"}}, t0)
+	for _, c := range []struct {
+		node string
+		want Update
+		ok   bool
+	}{
+		{"b", dead, true}, {"d", left, true}, {"c", Update{}, false}, {"e", Update{}, false}, {"z", Update{}, false},
+	} {
+		got, ok := m.Gone(c.node)
+		if ok != c.ok || got.Node != c.want.Node || got.State != c.want.State || string(got.Sig) != string(c.want.Sig) {
+			t.Errorf("Gone(%s) = %+v %v, want %+v %v", c.node, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -180,35 +180,69 @@ func TestReachedConnectionReleasedAfterTheProbe(t *testing.T) {
 	}
 }
 
-// A member the failure detector finds dead has its connections closed
-// here (yamux sends no keepalives that would find a vanished host); other
-// changes leave them be. b dials a again at once (its --join), so the
-// test watches for the close, not for the state after it.
+// A member the failure detector holds dead for deadCloseAfter has its
+// connections closed (yamux sends no keepalives that would find a vanished
+// host); one that refutes within it keeps them, as does one only suspect.
 func TestDeadMemberConnectionsClosed(t *testing.T) {
+	old := deadCloseAfter
+	deadCloseAfter = 2 * time.Second
+	t.Cleanup(func() { deadCloseAfter = old })
 	a := startNode(t, loopbackConfig(t, "a"))
 	c := loopbackConfig(t, "b")
 	c.Join = []string{tcpAddr(a)}
 	b := startNode(t, c)
-	waitFor(t, "a to be connected to b", func() bool { return a.isConnected(b.ID()) })
+	waitFor(t, "a to know b alive", func() bool {
+		st, _ := a.swim.d.State(string(b.ID()))
+		return a.isConnected(b.ID()) && st == swim.Alive
+	})
 	closed := make(chan struct{}, 64)
 	a.host.Network().Notify(&network.NotifyBundle{DisconnectedF: func(_ network.Network, cn network.Conn) {
 		if cn.RemotePeer() == b.ID() {
 			closed <- struct{}{}
 		}
 	}})
-	for _, st := range []swim.State{swim.Alive, swim.Suspect, swim.Left} {
-		a.swimChanged([]swim.Change{{Node: string(b.ID()), State: st}})
+	// a's own word that b is dead, as its detector would say it.
+	accuse := func(state swim.State) {
+		u := swim.Update{Node: string(b.ID()), State: state, Incarnation: uint64(time.Now().UnixMilli()) + 1000, From: string(a.ID())}
+		u.Sig = a.swimConfig().Sign(u)
+		a.swim.d.HandlePing(string(b.ID()), swim.Message{Updates: []swim.Update{u}})
 	}
+	noClose := func(what string) {
+		t.Helper()
+		select {
+		case <-closed:
+			t.Fatalf("a closed its connection to b, %s", what)
+		case <-time.After(deadCloseAfter + time.Second):
+		}
+	}
+
+	accuse(swim.Suspect)
+	waitFor(t, "b to refute the suspicion", func() bool { st, _ := a.swim.d.State(string(b.ID())); return st == swim.Alive })
+	accuse(swim.Dead)
+	waitFor(t, "b to refute its death", func() bool { st, _ := a.swim.d.State(string(b.ID())); return st == swim.Alive })
+	noClose("which refuted its death")
+
+	// b's word no longer reaches a's detector: b stays dead there.
+	a.host.RemoveStreamHandler(SwimProtocol)
+	a.host.RemoveStreamHandler(SwimKeptProtocol)
+	for _, cn := range a.host.Network().ConnsToPeer(b.ID()) {
+		for _, st := range cn.GetStreams() {
+			if st.Protocol() == SwimKeptProtocol {
+				st.Reset()
+			}
+		}
+	}
+	accuse(swim.Dead)
 	select {
 	case <-closed:
-		t.Fatal("a closed its connection to b, alive, suspect or left")
-	case <-time.After(200 * time.Millisecond): // a close would be spawned
+		t.Fatal("a closed its connection to b at once, not after deadCloseAfter")
+	case <-time.After(deadCloseAfter / 2):
 	}
-	a.swimChanged([]swim.Change{{Node: string(b.ID()), State: swim.Dead}})
 	select {
 	case <-closed:
 	case <-time.After(10 * time.Second):
-		t.Fatal("a did not close its connection to b, found dead")
+		st, _ := a.swim.d.State(string(b.ID()))
+		t.Fatalf("a did not close its connection to b, held %v", st)
 	}
 }
 

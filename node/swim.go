@@ -201,25 +201,37 @@ func (n *Node) swimChanged(changes []swim.Change) {
 }
 
 // closeDead closes the connections held to members the detector found
-// dead: a host that vanished (power lost, network cut) leaves its
-// connections open here, with nothing on them to say so, since yamux
-// sends no keepalives (see muxer); the kernel's TCP keepalive would close
-// them minutes later. Streams opened on them meanwhile would wait out
-// their deadlines instead of failing at once on a dial. A member that is
-// alive after all (it refutes) is dialled again when next needed.
+// dead, once they have stayed dead for deadCloseAfter: a host that
+// vanished (power lost, network cut) leaves its connections open here,
+// with nothing on them to say so, since yamux sends no keepalives (see
+// muxer); the kernel's TCP keepalive would close them minutes later.
+// Streams opened on them meanwhile would wait out their deadlines instead
+// of failing at once on a dial. The wait spares a member taken for dead
+// on an overloaded machine, which refutes within seconds: closing its
+// connections would cost both ends their handshakes again, at the worst
+// time.
 func (n *Node) closeDead(changes []swim.Change) {
 	for _, c := range changes {
 		if c.State != swim.Dead {
 			continue
 		}
 		p := peer.ID(c.Node)
-		if n.host.Network().Connectedness(p) != network.Connected {
-			continue
-		}
-		n.log.Debug("closing the connections to a member found dead", "peer", p)
-		n.spawn(func() { n.host.Network().ClosePeer(p) }) // not under the detector's turn
+		n.spawn(func() {
+			if !n.sleep(deadCloseAfter) {
+				return
+			}
+			if st, _ := n.swim.d.State(string(p)); st != swim.Dead || n.host.Network().Connectedness(p) != network.Connected {
+				return // it refuted, or left; or nothing is open
+			}
+			n.log.Debug("closing the connections to a member found dead", "peer", p)
+			n.host.Network().ClosePeer(p)
+		})
 	}
 }
+
+// deadCloseAfter is how long a member stays dead before closeDead closes
+// its connections (a variable for tests).
+var deadCloseAfter = 10 * time.Second
 
 // swimSyncLoop trades snapshots with a random connected peer that counts:
 // every two seconds until one exchange succeeds, then every swimSyncEvery.

@@ -73,10 +73,14 @@ func (n *Node) startEvents() {
 }
 
 // livenessEvents samples the liveness of every known node while anyone
-// watches.
+// watches, and sleeps until someone does (a sample a second woke every
+// idle agent to find nobody watching).
 func (n *Node) livenessEvents() {
-	for n.sleep(livenessSampleEvery) {
-		n.sampleLiveness()
+	for n.events.WaitActive(n.ctx) {
+		for n.events.Active() && n.sleep(livenessSampleEvery) {
+			n.sampleLiveness()
+		}
+		n.sampleLiveness() // nobody watches: the baseline is forgotten
 	}
 }
 

@@ -23,6 +23,9 @@ type Hub struct {
 	mu     sync.Mutex
 	subs   map[*Subscription]struct{}
 	closed bool
+	// subscribed has a token once a subscription came since the last
+	// WaitActive took it.
+	subscribed chan struct{}
 }
 
 // NewHub returns a hub whose subscriptions buffer size events each
@@ -31,7 +34,30 @@ func NewHub(size int) *Hub {
 	if size < 1 {
 		size = DefaultBuffer
 	}
-	return &Hub{size: size, subs: map[*Subscription]struct{}{}}
+	return &Hub{size: size, subs: map[*Subscription]struct{}{}, subscribed: make(chan struct{}, 1)}
+}
+
+// WaitActive returns true once anyone is subscribed, at once if someone
+// is; false if ctx ends or the hub is closed first. It is for one waiter
+// at a time: a publisher that must poll while anyone watches (liveness
+// samples) sleeps here, rather than waking every period to find nobody.
+func (h *Hub) WaitActive(ctx context.Context) bool {
+	for {
+		h.mu.Lock()
+		active, closed := len(h.subs) > 0, h.closed
+		h.mu.Unlock()
+		switch {
+		case closed:
+			return false
+		case active:
+			return true
+		}
+		select {
+		case <-h.subscribed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // Active reports whether anyone is subscribed, so publishers can skip the
@@ -67,6 +93,10 @@ func (h *Hub) Subscribe(prefix string) *Subscription {
 	} else {
 		h.subs[s] = struct{}{}
 	}
+	select {
+	case h.subscribed <- struct{}{}:
+	default:
+	}
 	return s
 }
 
@@ -79,6 +109,10 @@ func (h *Hub) Close() {
 	for s := range h.subs {
 		s.end()
 		delete(h.subs, s)
+	}
+	select { // a WaitActive returns
+	case h.subscribed <- struct{}{}:
+	default:
 	}
 }
 

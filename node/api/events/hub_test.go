@@ -130,3 +130,36 @@ func TestHubCloseEndsWatchers(t *testing.T) {
 		t.Fatalf("subscribing to a closed hub: %v, want ErrClosed", err)
 	}
 }
+
+// WaitActive sleeps until a subscription comes (at once if one is there),
+// and gives up when its context ends or the hub closes.
+func TestHubWaitActive(t *testing.T) {
+	h := NewHub(4)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if h.WaitActive(ctx) {
+		t.Fatal("WaitActive with nobody subscribed returned true")
+	}
+
+	got := make(chan bool)
+	go func() { got <- h.WaitActive(context.Background()) }()
+	select {
+	case <-got:
+		t.Fatal("WaitActive returned before anyone subscribed")
+	case <-time.After(20 * time.Millisecond):
+	}
+	s := h.Subscribe("")
+	if !<-got {
+		t.Fatal("WaitActive returned false once someone subscribed")
+	}
+	if !h.WaitActive(context.Background()) {
+		t.Fatal("WaitActive with a subscription returned false")
+	}
+	s.Close()
+
+	go func() { got <- h.WaitActive(context.Background()) }()
+	h.Close()
+	if <-got {
+		t.Fatal("WaitActive returned true when the hub closed")
+	}
+}

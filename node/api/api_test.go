@@ -212,3 +212,26 @@ func TestBadBodyIsRefusedInPlainWords(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 }
+
+// The socket serves Go's profiler and execution tracer (what wakes an
+// idle agent shows in a trace, not in a CPU profile).
+func TestProfilerAndTracerServed(t *testing.T) {
+	_, path := listen(t, fakeAgent{})
+	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+	for _, c := range []struct{ path, prefix string }{
+		{"/debug/pprof/trace?seconds=0.05", "go 1."},
+		{"/debug/pprof/", "<html>"},
+	} {
+		resp, err := hc.Get("http://tribe" + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), c.prefix) {
+			t.Fatalf("GET %s: %s %q %v, want a body starting %q", c.path, resp.Status, b[:min(len(b), 40)], err, c.prefix)
+		}
+	}
+}

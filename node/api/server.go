@@ -281,10 +281,11 @@ func handler(agent Agent, limits Limits) http.Handler {
 		}
 		return agent.ForceLeave(r.Context(), req.Nodes)
 	}))
-	// Go's profiler, for operators chasing memory or CPU; the socket is
-	// private to the agent's user.
+	// Go's profiler and execution tracer, for operators chasing memory,
+	// CPU or wake-ups; the socket is private to the agent's user.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	})

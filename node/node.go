@@ -221,7 +221,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n.live.Store(liveOf(cfg))
 	n.inForce, n.reloader, n.logLevel = cfg, deps.Reload, deps.LogLevel
 	n.plugins.loaded = map[string]*loadedPlugin{}
-	n.tasks.running, n.tasks.status = map[string]*taskRun{}, map[string]tasks.Status{}
+	n.tasks.running, n.tasks.status, n.tasks.dirtied = map[string]*taskRun{}, map[string]tasks.Status{}, make(chan struct{}, 1)
 	if n.registry = deps.Plugins; n.registry == nil {
 		fileDir := cfg.FileDir
 		if fileDir == "" {

@@ -48,6 +48,9 @@ type taskSet struct {
 	running map[string]*taskRun
 	status  map[string]tasks.Status
 	dirty   bool // status changed since the record was last written
+	// dirtied has a token once dirty was set since the task loop last
+	// looked: the loop arms its report timer only then.
+	dirtied chan struct{}
 
 	watch        taskWatch // taskwatch.go
 	watchRefused atomic.Int64
@@ -67,7 +70,17 @@ func (s *taskSet) report(key string, r *taskRun, st tasks.Status) {
 		return
 	}
 	s.status[key] = st
+	s.markDirty()
+}
+
+// markDirty notes that the record's task statuses changed. Callers hold
+// s.mu.
+func (s *taskSet) markDirty() {
 	s.dirty = true
+	select {
+	case s.dirtied <- struct{}{}:
+	default:
+	}
 }
 
 // statuses is a copy for the node record (nil when it runs none).
@@ -106,15 +119,23 @@ func (n *Node) taskLoop() {
 	n.host.SetStreamHandler(TaskWatchProtocol, n.serveTaskWatch)
 	defer n.host.RemoveStreamHandler(TaskWatchProtocol)
 	poke(gossip.Change{})
-	report := time.NewTicker(taskReportEvery)
-	defer report.Stop()
+	// The report timer runs only while a report is due (a ticker woke
+	// every agent every taskReportEvery, tasks or not); a change after a
+	// quiet spell is written at once, the next ones taskReportEvery apart.
+	var report <-chan time.Time
+	var last time.Time
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-trigger:
 			n.syncTasks()
-		case <-report.C:
+		case <-n.tasks.dirtied:
+			if report == nil {
+				report = time.After(max(0, taskReportEvery-time.Since(last)))
+			}
+		case <-report:
+			report, last = nil, time.Now()
 			n.tasks.mu.Lock()
 			dirty := n.tasks.dirty
 			n.tasks.dirty = false
@@ -148,7 +169,7 @@ func (n *Node) syncTasks() {
 			delete(s.running, key)
 			if !ok {
 				delete(s.status, key)
-				s.dirty = true
+				s.markDirty()
 			}
 		}
 	}

@@ -11,8 +11,9 @@ import (
 // entries a peer delivers that the validator rejects (see honestMayRelay
 // for what is rejected rather than ignored). Each costs
 // InvalidEntryWeight × (rejected so far)², the count decaying every
-// scoreDecayInterval to a hundredth (then 0) in invalidEntryDecay, so a peer that sends a few bad entries by mistake
-// recovers, and one that keeps sending them is cut off:
+// scoreDecayInterval to a hundredth of itself in invalidEntryDecay (and
+// to 0 once below decayToZero), so a peer that sends a few bad entries by
+// mistake recovers, and one that keeps sending them is cut off:
 //
 //	rejected entries   score   what pubsub does with the peer
 //	1                  -10

@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/p2p/net/mock"
 
@@ -75,5 +77,71 @@ func TestTrafficOfAPublish(t *testing.T) {
 	}
 	if received["received"]["message"] < 1 || received["received"]["rpc"] < 1 {
 		t.Errorf("its peer counted %v received, want the entry", received["received"])
+	}
+}
+
+// TestGossipDoesNotGrowWithPeers: in a fleet where every node holds many
+// connections (24 replicas, each connected to all others), one entry of
+// a few kilobytes costs each node at most gossipPeers IHAVEs at each of
+// gossipHeartbeats heartbeats, not a quarter of its peers at each of 3
+// (pubsub's default), and no IDONTWANT; and it still reaches every node.
+func TestGossipDoesNotGrowWithPeers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("24 replicas and 4 s of pubsub heartbeats")
+	}
+	const n = 24
+	mn := mocknet.New()
+	t.Cleanup(func() { mn.Close() })
+	nets := make([]*testNet, n)
+	traffic := make([]Traffic, n)
+	for i := range nets {
+		h, err := mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nets[i] = &testNet{mn: mn, psOpts: []pubsub.Option{pubsub.WithRawTracer(&traffic[i])}}
+		nets[i].start(t, h)
+	}
+	if err := mn.LinkAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mn.ConnectAllButSelf(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		for _, m := range nets {
+			if len(m.r.topic.ListPeers()) != n-1 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(2 * pubsub.GossipSubHeartbeatInterval) // the meshes form
+	before := make([]map[string]int64, n)
+	for i := range traffic {
+		c, _ := traffic[i].Counts()
+		before[i] = c["sent"]
+	}
+	value := bytes.Repeat([]byte("x"), 3<<10) // past pubsub's IDONTWANT threshold
+	if _, err := nets[0].r.Put(context.Background(), "tribes/t", value); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		for _, m := range nets {
+			if _, ok := m.r.Get("tribes/t"); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	// Every heartbeat that may still gossip it, and one more.
+	time.Sleep(time.Duration(pubsub.GossipSubHistoryGossip+1) * pubsub.GossipSubHeartbeatInterval)
+	for i := 1; i < n; i++ {
+		c, _ := traffic[i].Counts()
+		ihave, idontwant := c["sent"]["ihave"]-before[i]["ihave"], c["sent"]["idontwant"]-before[i]["idontwant"]
+		if ihave > gossipPeers*gossipHeartbeats || idontwant != 0 {
+			t.Errorf("node %d sent %d IHAVEs (want at most %d) and %d IDONTWANTs (want 0) for one entry",
+				i, ihave, gossipPeers*gossipHeartbeats, idontwant)
+		}
 	}
 }

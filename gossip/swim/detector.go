@@ -343,12 +343,17 @@ func (d *Detector) gossip(ctx context.Context) {
 		to = to[:min(len(to), d.cfg.GossipNodes-d.gossiping)]
 	}
 	suspect := ""
-	if s, ok := d.m.RandomSuspect(); ok && suspects && !d.out[s] && !contains(to, s) {
-		if d.cfg.Neighbours == nil || slices.Contains(near, s) || now.Sub(d.farTold) >= d.cfg.ProbeInterval {
+	if suspects {
+		// A suspect this node holds no connection to is told at most
+		// once a probe interval in all: each costs a dial.
+		far := func(s string) bool { return d.cfg.Neighbours != nil && !slices.Contains(near, s) }
+		if s, ok := d.m.SuspectToTell(now, func(s string) bool {
+			return !d.out[s] && !contains(to, s) && (!far(s) || now.Sub(d.farTold) >= d.cfg.ProbeInterval)
+		}); ok {
 			suspect = s
 			d.telling++
 			d.out[s] = true
-			if d.cfg.Neighbours != nil && !slices.Contains(near, s) {
+			if far(s) {
 				d.farTold = now
 			}
 		}

@@ -180,7 +180,8 @@ type suspicion struct {
 	start   time.Time
 	from    map[string]bool
 	lo, hi  time.Duration
-	expects int // confirmations that would bring the timeout to lo
+	expects int       // confirmations that would bring the timeout to lo
+	told    time.Time // when this node last told the suspect (SuspectToTell)
 }
 
 // Members is the pure core: the membership one node believes, the changes
@@ -520,16 +521,33 @@ func (m *Members) RandomOf(k int, among []string) []string {
 // Suspects is how many members are under suspicion.
 func (m *Members) Suspects() int { return len(m.suspect) }
 
-// RandomSuspect is one of the members this node suspects, at random.
-func (m *Members) RandomSuspect() (string, bool) {
+// SuspectToTell is a member to tell now that it is suspected, at random
+// among those this node last told a ProbeInterval ago or more (and that
+// ok accepts), and marks it told. The suspect must hear of it to refute
+// it, from whoever holds the suspicion (a rule that left the telling to
+// the accuser alone once took 50 agents starting at once 67 s to agree,
+// a suspect whose one teller was slow waiting for a snapshot). But told
+// at every gossip round by each neighbour that held the suspicion, a
+// member suspected because it was slow (CPU starved, as when a machine's
+// agents start at once) got five messages a second from each of them,
+// the very load that kept it from answering.
+func (m *Members) SuspectToTell(now time.Time, ok func(node string) bool) (string, bool) {
 	pick, seen := "", 0
 	for node := range m.suspect {
+		s := m.members[node].susp
+		if s == nil || now.Sub(s.told) < m.cfg.ProbeInterval || !ok(node) {
+			continue
+		}
 		seen++
 		if m.rng.IntN(seen) == 0 {
 			pick = node
 		}
 	}
-	return pick, seen > 0
+	if seen == 0 {
+		return "", false
+	}
+	m.members[pick].susp.told = now
+	return pick, true
 }
 
 // Pending reports whether there are changes left to spread.

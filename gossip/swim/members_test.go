@@ -312,6 +312,42 @@ func TestPiggybackToSuspect(t *testing.T) {
 	}
 }
 
+// TestSuspectToTell: this node tells a suspect at most once a probe
+// interval, whoever accused it, and only one that ok accepts.
+func TestSuspectToTell(t *testing.T) {
+	m := newTestMembers("a", "b", "c", "d")
+	every := m.cfg.ProbeInterval
+	all := func(string) bool { return true }
+	if s, ok := m.SuspectToTell(t0, all); ok {
+		t.Fatalf("told %s with no suspect", s)
+	}
+	m.Apply([]Update{{Node: "b", State: Suspect, From: "d"}}, t0) // d's accusation
+	for _, c := range []struct {
+		at   time.Duration
+		ok   func(string) bool
+		want string
+	}{
+		{0, func(string) bool { return false }, ""}, // b has a message in flight
+		{0, all, "b"},
+		{every / 2, all, ""}, // told half an interval ago
+		{every - time.Millisecond, all, ""},
+		{every, all, "b"},
+		{every + time.Millisecond, all, ""},
+		{3 * every, all, "b"},
+	} {
+		got, ok := m.SuspectToTell(t0.Add(c.at), c.ok)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("at %v: %q %v, want %q", c.at, got, ok, c.want)
+		}
+	}
+	// A new suspicion (a later incarnation) is told at once.
+	m.Apply([]Update{{Node: "b", State: Alive, Incarnation: 1, From: "b"}}, t0.Add(4*every))
+	m.ProbeFailed("b", t0.Add(4*every)) // this node's own
+	if got, ok := m.SuspectToTell(t0.Add(4*every), all); !ok || got != "b" {
+		t.Fatalf("a new suspicion of b: %q %v, want told", got, ok)
+	}
+}
+
 // TestLocalHealth: the score stays within 0..AwarenessMax−1, stretches
 // timeouts by score+1, and rises when this node must refute a suspicion.
 func TestLocalHealth(t *testing.T) {

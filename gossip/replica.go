@@ -191,18 +191,18 @@ const (
 
 // gossipParams are gossipsub's defaults but for its lazy gossip (IHAVE,
 // the IDs of recent messages sent to peers outside the mesh each
-// heartbeat). By default every node sends each message's ID to
-// max(6, a quarter of its other peers) peers at each of 3 heartbeats: with
-// the 60–128 connections an agent holds in a large fleet, 15–30 peers, and
-// 45–90 RPCs per node for each burst of entries, which wakes both ends of
-// each: with 60 agents on loopback, a node joining cost every other agent
-// ~53 pubsub RPCs, three quarters of them IHAVEs (this halves them; the
-// CPU a join costs the others, 11–16 ms each, moved within this machine's
-// noise: pubsub is not most of it). Here a node gossips to 3 peers,
-// whatever its connection count, at the 2 heartbeats after a message: per
-// node and message the cost does not grow with the fleet. Gossip only repairs what the mesh missed; the
-// publisher's flood to all its peers, the mesh's eager push (D = 6) and
-// anti-entropy (sync.go) deliver the rest.
+// heartbeat). By default a node sends each message's ID to max(6, a
+// quarter of its other peers) at each of 3 heartbeats: 15–30 peers at the
+// 60–128 connections an agent holds in a large fleet, each RPC waking
+// both ends. With 60 agents on loopback, a node joining cost every other
+// agent ~53 pubsub RPCs, three quarters of them IHAVEs; this halves them
+// (the CPU a join costs the others, 11–16 ms each, moved within this
+// machine's noise: pubsub is not most of it). Here a node gossips to 3
+// peers at the 2 heartbeats after a message, whatever its connection
+// count: per node and message the cost does not grow with the fleet.
+// Gossip only repairs what the mesh missed; the publisher's flood to all
+// its peers, the mesh's eager push (D = 6) and anti-entropy (sync.go)
+// deliver the rest.
 //
 // IDONTWANT (a node tells its mesh peers, on a message's first copy, not
 // to send it one) is for large messages only: past idontwantFrom. For an

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,6 +143,11 @@ func TestSharedPlugin(t *testing.T) {
 // fetchHeaderMax, not buffered.
 func TestPluginFetchHeaderIsBounded(t *testing.T) {
 	admin, stranger := adminAndStranger(t)
+	// The plugin loop registers the real handler when it starts: replaced
+	// before that, the fake was replaced in turn.
+	waitFor(t, "the stranger to serve fetches", func() bool {
+		return slices.Contains(stranger.host.Mux().Protocols(), PluginFetchProtocol)
+	})
 	stranger.host.SetStreamHandler(PluginFetchProtocol, func(s network.Stream) {
 		defer s.Close()
 		s.Write(bytes.Repeat([]byte("x"), 64*fetchHeaderMax))

@@ -46,18 +46,7 @@ func TestTrafficCountsRPCsByPart(t *testing.T) {
 // TestTrafficOfAPublish: an entry one replica writes is counted as sent
 // there and as received by its peer.
 func TestTrafficOfAPublish(t *testing.T) {
-	mn := mocknet.New()
-	t.Cleanup(func() { mn.Close() })
-	var nets [2]*testNet
-	var traffic [2]Traffic
-	for i := range nets {
-		h, err := mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nets[i] = &testNet{mn: mn, psOpts: []pubsub.Option{pubsub.WithRawTracer(&traffic[i])}}
-		nets[i].start(t, h)
-	}
+	mn, nets, traffic := tracedNets(t, 2)
 	n, m := nets[0], nets[1]
 	if _, err := mn.LinkPeers(n.h.ID(), m.h.ID()); err != nil {
 		t.Fatal(err)
@@ -90,18 +79,7 @@ func TestGossipDoesNotGrowWithPeers(t *testing.T) {
 		t.Skip("24 replicas and 4 s of pubsub heartbeats")
 	}
 	const n = 24
-	mn := mocknet.New()
-	t.Cleanup(func() { mn.Close() })
-	nets := make([]*testNet, n)
-	traffic := make([]Traffic, n)
-	for i := range nets {
-		h, err := mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nets[i] = &testNet{mn: mn, psOpts: []pubsub.Option{pubsub.WithRawTracer(&traffic[i])}}
-		nets[i].start(t, h)
-	}
+	mn, nets, traffic := tracedNets(t, n)
 	if err := mn.LinkAll(); err != nil {
 		t.Fatal(err)
 	}
@@ -144,4 +122,22 @@ func TestGossipDoesNotGrowWithPeers(t *testing.T) {
 				i, ihave, gossipPeers*gossipHeartbeats, idontwant)
 		}
 	}
+}
+
+// tracedNets starts n replicas on one mock network, not linked yet, each
+// with a Traffic tracer on its pubsub.
+func tracedNets(t *testing.T, n int) (mocknet.Mocknet, []*testNet, []Traffic) {
+	t.Helper()
+	mn := mocknet.New()
+	t.Cleanup(func() { mn.Close() })
+	nets, traffic := make([]*testNet, n), make([]Traffic, n)
+	for i := range nets {
+		h, err := mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nets[i] = &testNet{mn: mn, psOpts: []pubsub.Option{pubsub.WithRawTracer(&traffic[i])}}
+		nets[i].start(t, h)
+	}
+	return mn, nets, traffic
 }

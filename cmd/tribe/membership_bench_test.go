@@ -71,18 +71,19 @@ func BenchmarkMembership20And50(b *testing.B) {
 type fleetCost struct {
 	runs      int
 	conv, cpu float64
+	convCPU   float64 // ms of CPU from each agent's start until all converged
 	mem       mem
 }
 
 func (f *fleetCost) add(c fleetCost) {
 	f.runs++
-	f.conv, f.cpu, f.mem = f.conv+c.conv, f.cpu+c.cpu, f.mem.plus(c.mem)
+	f.conv, f.cpu, f.convCPU, f.mem = f.conv+c.conv, f.cpu+c.cpu, f.convCPU+c.convCPU, f.mem.plus(c.mem)
 }
 
 // mean is the cost per run.
 func (f fleetCost) mean() fleetCost {
 	k := float64(f.runs)
-	return fleetCost{runs: 1, conv: f.conv / k, cpu: f.cpu / k, mem: f.mem.div(k)}
+	return fleetCost{runs: 1, conv: f.conv / k, cpu: f.cpu / k, convCPU: f.convCPU / k, mem: f.mem.div(k)}
 }
 
 // report reports the means over the runs, as who's at n agents.
@@ -91,7 +92,7 @@ func (f fleetCost) report(b *testing.B, who string, n int) {
 	for _, r := range []struct {
 		v    float64
 		unit string
-	}{{m.conv, "converge_s"}, {m.cpu, "idle_cpu_ms_per_min"}, {m.mem.rss, "rss_MB"}, {m.mem.pss, "pss_MB"}, {m.mem.anon, "anon_MB"}} {
+	}{{m.conv, "converge_s"}, {m.convCPU, "converge_cpu_ms"}, {m.cpu, "idle_cpu_ms_per_min"}, {m.mem.rss, "rss_MB"}, {m.mem.pss, "pss_MB"}, {m.mem.anon, "anon_MB"}} {
 		b.ReportMetric(r.v, fmt.Sprintf("%s_%s@%d", who, r.unit, n))
 	}
 }
@@ -144,8 +145,9 @@ func tribeMembership(b *testing.B, n int) fleetCost {
 	for i, a := range agents {
 		pids[i] = a.cmd.Process.Pid
 	}
+	convCPU := fleetCPUms(b, pids)
 	c := idleCost(b, pids)
-	c.conv = conv
+	c.conv, c.convCPU = conv, convCPU
 	return c
 }
 
@@ -155,8 +157,9 @@ func serfMembership(b *testing.B, serf string, n int) fleetCost {
 	defer f.kill()
 	f.waitAlive(b, n)
 	conv := time.Since(start).Seconds()
+	convCPU := fleetCPUms(b, f.pids())
 	c := idleCost(b, f.pids())
-	c.conv = conv
+	c.conv, c.convCPU = conv, convCPU
 	return c
 }
 
@@ -327,6 +330,16 @@ func idleCost(b *testing.B, pids []int) fleetCost {
 	n := float64(len(pids))
 	c.cpu, c.mem = c.cpu/n, c.mem.div(n)
 	return c
+}
+
+// fleetCPUms is the CPU the processes have used so far, in ms per
+// process: what converging cost, read the moment it is reached.
+func fleetCPUms(b *testing.B, pids []int) float64 {
+	var ms float64
+	for _, pid := range pids {
+		ms += procCPUms(b, pid)
+	}
+	return ms / float64(len(pids))
 }
 
 // procCPUms is a process's user and system CPU so far, in ms.

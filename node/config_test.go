@@ -72,6 +72,9 @@ func TestValidate(t *testing.T) {
 		{"metrics address without a port", func(c *Config) { c.MetricsAddr = "9464" }, "metrics address \"9464\": want HOST:PORT"},
 		{"metrics port not a number", func(c *Config) { c.MetricsAddr = "127.0.0.1:http" }, "port \"http\" is not a number"},
 		{"metrics address", func(c *Config) { c.MetricsAddr = "127.0.0.1:0" }, ""},
+		{"every core", func(c *Config) { c.Procs = 0 }, ""},
+		{"four cores", func(c *Config) { c.Procs = 4 }, ""},
+		{"negative procs", func(c *Config) { c.Procs = -1 }, "procs -1: a number of cores, or 0 for every core"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,14 +146,14 @@ func TestBackoff(t *testing.T) {
 func TestLoadConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tribe.yaml")
-	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\nlog_level: debug\nlog_format: json\nreconnect_timeout: 24h\nmetrics_addr: 127.0.0.1:9464\n"), 0o600)
+	os.WriteFile(path, []byte("name: web-1\ncluster: prod\nmdns: false\njoin: ["+validJoin+"]\ntarget_peers: 4\nfile_max_bytes: 1000\nlog_level: debug\nlog_format: json\nreconnect_timeout: 24h\nmetrics_addr: 127.0.0.1:9464\nprocs: 0\n"), 0o600)
 	c := validConfig()
 	if err := LoadConfigFile(path, &c); err != nil {
 		t.Fatal(err)
 	}
 	if c.Name != "web-1" || c.Cluster != "prod" || c.MDNS || len(c.Join) != 1 || c.TargetPeers != 4 || c.FileMaxBytes != 1000 ||
 		c.LogLevel != "debug" || c.LogFormat != "json" || c.ReconnectTimeout != 24*time.Hour ||
-		c.MetricsAddr != "127.0.0.1:9464" {
+		c.MetricsAddr != "127.0.0.1:9464" || c.Procs != 0 {
 		t.Fatalf("config file not applied: %+v", c)
 	}
 	if c.ListenAddrs != nil {

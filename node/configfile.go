@@ -43,6 +43,7 @@ type FileConfig struct {
 	ConnsPerIP       *int           `yaml:"conns_per_ip"`
 	JobQueue         *int           `yaml:"job_queue"`
 	JobRetention     *time.Duration `yaml:"job_retention"`
+	Procs            *int           `yaml:"procs"`
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
@@ -88,6 +89,7 @@ func LoadConfigFile(path string, cfg *Config) error {
 	set(&cfg.ConnsPerIP, f.ConnsPerIP)
 	set(&cfg.JobQueue, f.JobQueue)
 	set(&cfg.JobRetention, f.JobRetention)
+	set(&cfg.Procs, f.Procs)
 	return nil
 }
 

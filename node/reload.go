@@ -85,6 +85,7 @@ var (
 		{"conns_per_ip", func(c Config) any { return c.ConnsPerIP }},
 		{"job_queue", func(c Config) any { return c.JobQueue }},
 		{"job_retention", func(c Config) any { return c.JobRetention }},
+		{"procs", func(c Config) any { return c.Procs }},
 		{"data_dir", func(c Config) any { return c.DataDir }},
 	}
 )

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -37,7 +38,7 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 			&cli.BoolFlag{Name: "no-mdns", Usage: "turn off mDNS discovery on the local network"},
 			&cli.StringFlag{Name: "cluster", Value: "tribe", Usage: "cluster name: agents of different clusters do not find each other"},
 			&cli.StringFlag{Name: "swarm-key", Usage: "libp2p swarm key file (pnet): only agents with the same key can connect; TCP only"},
-			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, plugin_dir, accept_plugins, file_max_bytes, log_level, log_format, reconnect_timeout, metrics_addr, conns_per_ip, job_queue, job_retention"},
+			&cli.StringFlag{Name: "config", Usage: "agent config file (YAML or JSON): name, cluster, listen, join, mdns, swarm_key, trusted, auto_admit, target_peers, facts_file, exec, file_dir, plugin_dir, accept_plugins, file_max_bytes, log_level, log_format, reconnect_timeout, metrics_addr, conns_per_ip, job_queue, job_retention, procs"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text (key=value lines) or json (one object per line)"},
 			&cli.StringSliceFlag{Name: "fact", Usage: "user fact key=value, repeatable; the value is typed: true/false, whole number, decimal, else text"},
@@ -55,6 +56,7 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 			&cli.IntFlag{Name: "conns-per-ip", Usage: "cap on connections with one IPv4 address or IPv6 /56, both ways; raise it where more agents share one public address (a NAT)", DefaultText: "256 (2 x the connection manager's high water mark)"},
 			&cli.IntFlag{Name: "job-queue", Usage: "how many jobs may wait in one tribe's queue on this agent; past that the oldest is dropped and its ack says so", DefaultText: "1000"},
 			&cli.DurationFlag{Name: "job-retention", Usage: "how long a finished job, its acks and the outputs kept on its targets stay before they are collected", DefaultText: "168h (7 days)"},
+			&cli.IntFlag{Name: "procs", Usage: "how many cores the agent may use at once (Go's GOMAXPROCS; 0: every core); GOMAXPROCS in the environment still decides", DefaultText: "1"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics (/metrics) and a health check (/healthz) on this TCP HOST:PORT, e.g. 127.0.0.1:9464; port 0 picks a free port (tribe status shows it); off by default"},
 		},
 		Action: runAgent,
@@ -87,6 +89,12 @@ func runAgent(c *cli.Context) error {
 	// environment still decides.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
+	}
+	// One core unless told otherwise (see node.DefaultProcs); 0 leaves
+	// Go's default, every core the process may use. GOMAXPROCS in the
+	// environment still decides.
+	if os.Getenv("GOMAXPROCS") == "" && cfg.Procs > 0 {
+		runtime.GOMAXPROCS(cfg.Procs)
 	}
 	// The process ends with Run, so the signal relay is never stopped
 	// (signal.Stop was seen to stall shutdown for ~30 s here).
@@ -171,6 +179,9 @@ func agentConfig(c *cli.Context) (node.Config, error) {
 	}
 	if c.IsSet("conns-per-ip") {
 		cfg.ConnsPerIP = c.Int("conns-per-ip")
+	}
+	if c.IsSet("procs") {
+		cfg.Procs = c.Int("procs")
 	}
 	if c.IsSet("job-queue") {
 		cfg.JobQueue = c.Int("job-queue")

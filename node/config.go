@@ -158,10 +158,11 @@ type Config struct {
 // messages (probes, gossip, calls, acks), each a few microseconds of work
 // and a thread wake-up or more; with a second core Go's scheduler also
 // wakes a second thread to look for work at most of them. Measured on 2
-// cores, side by side in one run (see the README's benchmarks): idle CPU
-// per agent of 50 and a durable job's CPU per agent of 25 lower, call
-// and job latency unchanged. A host that fans out to thousands of hosts
-// (a connection handshake each) can give it more.
+// cores against two, runs alternated (the README's "One core"): 50
+// agents converged about twice as fast on half the CPU, idle CPU per
+// agent and a durable job's CPU per target lower, a call's latency
+// unchanged. A host that fans out to thousands of hosts (a connection
+// handshake each) can give it more.
 const DefaultProcs = 1
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.

@@ -157,8 +157,8 @@ type Config struct {
 // helper on a host that runs something else, and its work is many small
 // messages (probes, gossip, calls, acks), each a few microseconds of work
 // and a thread wake-up or more; with a second core Go's scheduler also
-// wakes a second thread to look for work at most of them. Measured on 2
-// cores against two, runs alternated (the README's "One core"): 50
+// wakes a second thread to look for work at most of them. Measured on a
+// 2-core machine, one core against two, runs alternated (the README's "One core"): 50
 // agents converged about twice as fast on half the CPU, idle CPU per
 // agent and a durable job's CPU per target lower, a call's latency
 // unchanged. A host that fans out to thousands of hosts (a connection

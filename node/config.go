@@ -158,11 +158,11 @@ type Config struct {
 // messages (probes, gossip, calls, acks), each a few microseconds of work
 // and a thread wake-up or more; with a second core Go's scheduler also
 // wakes a second thread to look for work at most of them. Measured on a
-// 2-core machine, one core against two, runs alternated (the README's "One core"): 50
-// agents converged about twice as fast on half the CPU, idle CPU per
-// agent and a durable job's CPU per target lower, a call's latency
-// unchanged. A host that fans out to thousands of hosts (a connection
-// handshake each) can give it more.
+// 2-core machine, one core against two, runs alternated (the README's
+// "One core"): 50 agents converged about twice as fast on half the CPU,
+// idle CPU per agent and a durable job's CPU per target lower, a call's
+// latency unchanged. A host that fans out to thousands of hosts (a
+// connection handshake each) can give it more.
 const DefaultProcs = 1
 
 // DefaultListenAddrs are used when Config.ListenAddrs is empty.

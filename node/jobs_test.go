@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -387,5 +389,58 @@ func TestHandedJobQueuedBehindAnother(t *testing.T) {
 	}
 	if n := b.jobs.handUnstored.Load() + b.jobs.handRefused.Load(); n != 0 {
 		t.Fatalf("%d hand-offs refused or left unstored", n)
+	}
+}
+
+// openKeys is what n's job loop decides on at its next step.
+func openKeys(n *Node) []string {
+	n.jobs.mu.Lock()
+	defer n.jobs.mu.Unlock()
+	return slices.Sorted(maps.Keys(n.jobs.open))
+}
+
+// The job loop decides only on jobs not settled: once its jobs are done,
+// a target holds none open, nor does a writer that was not a target; a
+// parallel job stays open on both (a queued job may follow it); a later
+// job still runs; a job put back (the minute's rebuild from the state)
+// settles again at the next step, without running again.
+func TestOpenJobsAreTheUnsettled(t *testing.T) {
+	ctx := context.Background()
+	a := startNode(t, loopbackConfig(t, "a"))
+	bc := loopbackConfig(t, "b")
+	bc.Join = []string{tcpAddr(a)}
+	b := startNode(t, bc)
+	jobTribe(t, a, "t", "echo", []*Node{b})
+	submit := func(parallel bool) string {
+		t.Helper()
+		j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), Parallel: parallel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.ID
+	}
+	var ids []string
+	for range 3 {
+		ids = append(ids, submit(false))
+	}
+	par := submit(true)
+	for _, id := range append(ids, par) {
+		waitFor(t, "job "+id+" done", func() bool { return jobState(t, a, id).State == "done" })
+	}
+	waitFor(t, "b's open jobs: the parallel one alone", func() bool { return slices.Equal(openKeys(b), []string{jobKey(par)}) })
+	waitFor(t, "a (not a target) holds the parallel job alone open", func() bool { return slices.Equal(openKeys(a), []string{jobKey(par)}) })
+
+	later := submit(false)
+	waitFor(t, "a later job done", func() bool { return jobState(t, a, later).State == "done" })
+	waitFor(t, "b's open jobs: the parallel one alone again", func() bool { return slices.Equal(openKeys(b), []string{jobKey(par)}) })
+
+	b.openAll()
+	if got := len(openKeys(b)); got != 5 {
+		t.Fatalf("after the rebuild b holds %d jobs open, want all 5", got)
+	}
+	b.jobs.pokeLoop()
+	waitFor(t, "the rebuilt jobs settled again", func() bool { return slices.Equal(openKeys(b), []string{jobKey(par)}) })
+	if st := jobState(t, a, ids[0]); st.State != "done" || st.Targets[0].Attempts != 1 {
+		t.Fatalf("a settled job after the rebuild: %+v", st)
 	}
 }

@@ -203,6 +203,9 @@ func (n *Node) serveJob(s network.Stream) {
 		}
 	}
 	if ack == nil {
+		ack = n.jobs.stopWaiting(id, ch)
+	}
+	if ack == nil {
 		return
 	}
 	if _, err := s.Write(ack.Raw); err != nil {
@@ -328,6 +331,23 @@ func (s *jobSet) unawait(id string, ch chan *gossip.Signed) {
 	defer s.mu.Unlock()
 	if s.waiting[id] == ch {
 		delete(s.waiting, id)
+	}
+}
+
+// stopWaiting ends a job stream's wait for its job's ack, and returns the
+// ack answer handed it meanwhile, if any: answer found the stream still
+// waiting just as its wait ended, and its caller left the ack to the
+// stream, which must still deliver it (on the stream, else by push).
+// Dropped, such an ack reached the writer only by anti-entropy: in 50-job
+// bursts to 25 agents, one job in a burst waited 16–45 s about every
+// other run.
+func (s *jobSet) stopWaiting(id string, ch chan *gossip.Signed) *gossip.Signed {
+	s.unawait(id, ch)
+	select {
+	case ack := <-ch:
+		return ack
+	default:
+		return nil
 	}
 }
 

@@ -444,3 +444,24 @@ func TestOpenJobsAreTheUnsettled(t *testing.T) {
 		t.Fatalf("a settled job after the rebuild: %+v", st)
 	}
 }
+
+// An ack handed to a job stream just as the stream stopped waiting for it
+// is not lost: stopping the wait returns it, for the stream to deliver;
+// once stopped, the stream is handed nothing more.
+func TestAckHandedAsTheWaitEndsIsKept(t *testing.T) {
+	var s jobSet
+	ch := s.await("j")
+	ack := &gossip.Signed{}
+	if !s.answer("j", ack) {
+		t.Fatal("answer found no stream waiting")
+	}
+	if got := s.stopWaiting("j", ch); got != ack {
+		t.Fatalf("stopping the wait returned %v, not the ack handed meanwhile", got)
+	}
+	if s.answer("j", ack) {
+		t.Fatal("answer handed an ack to a stream that stopped waiting")
+	}
+	if got := s.stopWaiting("k", s.await("k")); got != nil {
+		t.Fatalf("a wait that got nothing returned %v", got)
+	}
+}

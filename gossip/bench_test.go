@@ -130,7 +130,7 @@ func pull(b *testing.B, dst, src *State) (sent, rounds int) {
 			}
 			dst.Apply(e, t0)
 		}
-		next, done := dst.NextPull(req, resp)
+		next, done := dst.NextPull(req, resp, nil)
 		if done {
 			return sent, rounds
 		}

@@ -74,7 +74,7 @@ func FuzzSyncMessages(f *testing.F) {
 			if !bytes.Equal(EncodeResponse(resp), b) {
 				t.Fatal("response does not re-encode to itself")
 			}
-			s.NextPull(SyncRequest{}, resp)
+			s.NextPull(SyncRequest{}, resp, nil)
 		}
 	})
 }

@@ -87,6 +87,8 @@ type Replica struct {
 	counters counters
 	pulls    syncTotals   // what SyncWith did, for metrics
 	relayed  atomic.Int64 // pulled entries passed on (relayFresh)
+	fetching fetching     // what pulls are fetching now (guarded by mu)
+	pullIDs  atomic.Uint64
 	// meshSince is when the first peer joined the topic (UnixNano; 0
 	// before): relayFresh waits for this node's mesh to form.
 	meshSince atomic.Int64

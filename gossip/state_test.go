@@ -92,7 +92,7 @@ func pullAll(t testing.TB, dst, src *State, now time.Time) (sent int) {
 			delete(wanted, keyHash(e.Key))
 			dst.Apply(e, now)
 		}
-		next, done := dst.NextPull(req, resp)
+		next, done := dst.NextPull(req, resp, nil)
 		if done {
 			return sent
 		}

@@ -102,8 +102,10 @@ func (s *State) Respond(req SyncRequest, budget int) SyncResponse {
 }
 
 // NextPull computes the request after req got resp, against s as it is now
-// (with resp's entries applied). done means the pull is complete.
-func (s *State) NextPull(req SyncRequest, resp SyncResponse) (next SyncRequest, done bool) {
+// (with resp's entries applied). done means the pull is complete. claim,
+// if not nil, is asked before an entry is wanted: an entry it refuses is
+// left out (another pull of this replica fetches that very version).
+func (s *State) NextPull(req SyncRequest, resp SyncResponse, claim func(ItemSummary) bool) (next SyncRequest, done bool) {
 	if resp.Served < len(req.Want) {
 		next.Want = append(next.Want, req.Want[max(resp.Served, 0):]...)
 	}
@@ -132,7 +134,7 @@ func (s *State) NextPull(req SyncRequest, resp SyncResponse) (next SyncRequest, 
 				if it.KeyHash < lo || it.KeyHash > hi {
 					continue
 				}
-				if _, mine, ok := s.digest.lookup(it.KeyHash); !ok || mine != it.VersionHash {
+				if _, mine, ok := s.digest.lookup(it.KeyHash); (!ok || mine != it.VersionHash) && (claim == nil || claim(it)) {
 					next.Want = append(next.Want, it.KeyHash)
 				}
 			}

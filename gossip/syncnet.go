@@ -31,6 +31,9 @@ type SyncStats struct {
 	// Disagreed counts entries skipped as not for this node (see
 	// disagreement).
 	Disagreed int
+	// Shared counts entries this pull did not ask for because another
+	// pull of this replica was fetching the same version (see fetching).
+	Shared int
 }
 
 // SyncTotals adds up this replica's pulls since it started: how many were
@@ -39,6 +42,7 @@ type SyncStats struct {
 type SyncTotals struct {
 	Pulls, Failed                        int64
 	Rounds, Sent, Recv, Fetched, Applied int64
+	Shared                               int64
 	// Relayed counts pulled entries passed on by pubsub (relayFresh).
 	Relayed int64
 }
@@ -62,6 +66,7 @@ func (s *syncTotals) add(st SyncStats, err error) {
 	s.t.Recv += int64(st.Recv)
 	s.t.Fetched += int64(st.Fetched)
 	s.t.Applied += int64(st.Applied)
+	s.t.Shared += int64(st.Shared)
 }
 
 // SyncTotals returns the totals of this replica's pulls. Safe for
@@ -161,11 +166,13 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (st SyncStats, err er
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
 	br := bufio.NewReader(s)
+	pl := &pulling{id: r.pullIDs.Add(1), claimed: map[uint64]ItemSummary{}}
+	defer r.endClaims(pl)
 	r.mu.Lock()
 	req := r.state.StartPull()
 	r.mu.Unlock()
 	for st.Rounds = 1; st.Rounds <= maxRounds; st.Rounds++ {
-		next, done, err := r.pullRound(s, br, req, &st)
+		next, done, err := r.pullRound(s, br, req, pl, &st)
 		if err != nil {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				s.Reset() // our own doing, not the peer's
@@ -183,9 +190,39 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (st SyncStats, err er
 	return st, fmt.Errorf("gossip: sync with %s: no end after %d rounds", p, maxRounds)
 }
 
+// pulling is one pull's part in the replica's fetching: its id and the
+// entries it claimed, by key hash.
+type pulling struct {
+	id      uint64
+	claimed map[uint64]ItemSummary
+}
+
+// releaseClaims ends pl's claims on the entries of the key hashes khs.
+func (r *Replica) releaseClaims(pl *pulling, khs []uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, kh := range khs {
+		if it, ok := pl.claimed[kh]; ok {
+			r.fetching.release(pl.id, it)
+			delete(pl.claimed, kh)
+		}
+	}
+}
+
+// endClaims ends every claim of pl, as its pull ends.
+func (r *Replica) endClaims(pl *pulling) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, it := range pl.claimed {
+		r.fetching.release(pl.id, it)
+	}
+	clear(pl.claimed)
+}
+
 // pullRound sends req and takes in the answer: it checks the response
-// against req, applies its entries and computes the next request.
-func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest, st *SyncStats) (next SyncRequest, done bool, err error) {
+// against req, applies its entries and computes the next request, which
+// leaves out what another pull is fetching.
+func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest, pl *pulling, st *SyncStats) (next SyncRequest, done bool, err error) {
 	body := EncodeRequest(req)
 	if err := WriteMsg(s, body); err != nil {
 		return next, false, err
@@ -206,12 +243,21 @@ func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest,
 	}
 	st.Fetched += len(resp.Entries)
 	applied, err := r.applyFetched(s.Conn().RemotePeer(), resp.Entries, ServedWants(req, resp), st)
+	r.releaseClaims(pl, req.Want[:resp.Served]) // applied, or to be fetched again
 	st.Applied += applied
 	if err != nil {
 		return next, false, err
 	}
+	now := r.now()
 	r.mu.Lock()
-	next, done = r.state.NextPull(req, resp)
+	next, done = r.state.NextPull(req, resp, func(it ItemSummary) bool {
+		if !r.fetching.claim(pl.id, it, now) {
+			st.Shared++
+			return false
+		}
+		pl.claimed[it.KeyHash] = it
+		return true
+	})
 	r.mu.Unlock()
 	return next, done, nil
 }

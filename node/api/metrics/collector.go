@@ -46,6 +46,8 @@ var (
 		"Entries received by anti-entropy pulls.", nil, nil)
 	descApplied = prometheus.NewDesc("tribe_sync_entries_applied_total",
 		"Entries received by anti-entropy pulls that changed the state: what pubsub did not bring.", nil, nil)
+	descShared = prometheus.NewDesc("tribe_sync_entries_shared_total",
+		"Entries a pull did not ask for because another pull of this node was fetching the same version (pulls that run at once fetch and check each entry once).", nil, nil)
 	descRelayed = prometheus.NewDesc("tribe_sync_entries_relayed_total",
 		"Entries pulled from their own author moments after it wrote them (a node that just joined), passed on by pubsub before its own mesh forms.", nil, nil)
 	descRelinks = prometheus.NewDesc("tribe_peer_relinks_total",
@@ -68,7 +70,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descRelayed, descRelinks, descJoinRedials, descCommits, descPlugins} {
+		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -116,6 +118,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")
 	counter(descFetched, s.Sync.Fetched)
 	counter(descApplied, s.Sync.Applied)
+	counter(descShared, s.Sync.Shared)
 	counter(descRelayed, s.Sync.Relayed)
 	counter(descCommits, s.StoreCommits)
 }

@@ -97,11 +97,12 @@ type Pubsub struct {
 }
 
 // Sync is the totals of anti-entropy pulls: how many were made and how
-// many failed, their rounds, bytes each way and entries fetched and
-// applied; and links to restarted peers started over (see relink).
+// many failed, their rounds, bytes each way and entries fetched, applied
+// and left to another pull fetching them; and links to restarted peers
+// started over (see relink).
 type Sync struct {
 	Pulls, Failed, Rounds, BytesSent, BytesRecv, Fetched, Applied int64
-	Relinks                                                       int64
+	Shared, Relinks                                               int64
 	// JoinRedials is --join connections closed and dialled again for
 	// want of a hello.
 	JoinRedials int64

@@ -109,7 +109,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		Rejected:         map[string]int64{"bad_signature": 2, "call_unauthorized": 5},
 		Dropped:          map[string]int64{"outbound_queue": 7},
 		Pubsub:           Pubsub{Sent: map[string]int64{"rpc": 30, "ihave": 6}, Received: map[string]int64{"message": 11}, Duplicates: 5},
-		Sync:             Sync{Pulls: 10, Failed: 1, Rounds: 14, BytesSent: 1000, BytesRecv: 5000, Fetched: 9, Applied: 8, Relayed: 4, Relinks: 3, JoinRedials: 2},
+		Sync:             Sync{Pulls: 10, Failed: 1, Rounds: 14, BytesSent: 1000, BytesRecv: 5000, Fetched: 9, Applied: 8, Shared: 6, Relayed: 4, Relinks: 3, JoinRedials: 2},
 		Plugins:          map[string]int{"loaded": 2, "error": 1},
 	}}
 	m := New(src)
@@ -151,6 +151,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		{"tribe_sync_bytes_total", map[string]string{"direction": "sent"}, 1000, dto.MetricType_COUNTER},
 		{"tribe_sync_bytes_total", map[string]string{"direction": "received"}, 5000, dto.MetricType_COUNTER},
 		{"tribe_sync_entries_fetched_total", nil, 9, dto.MetricType_COUNTER},
+		{"tribe_sync_entries_shared_total", nil, 6, dto.MetricType_COUNTER},
 		{"tribe_sync_entries_applied_total", nil, 8, dto.MetricType_COUNTER},
 		{"tribe_sync_entries_relayed_total", nil, 4, dto.MetricType_COUNTER},
 		{"tribe_plugins", map[string]string{"state": "error"}, 1, dto.MetricType_GAUGE},

@@ -32,6 +32,9 @@ type Kind struct {
 	Pattern     string
 	Writer      Writer
 	SelfSegment int // index of the {peer} segment for Self
+	// Direct kinds travel from their author to the trusted writers, not
+	// by fleet-wide anti-entropy (see Scope and DirectKey).
+	Direct bool
 }
 
 // Kinds is the whole authorisation table, deny by default: a key that
@@ -53,9 +56,16 @@ var Kinds = []Kind{
 	{Name: "forced", Pattern: "forced/{peer}", Writer: Trusted},
 	// jobs/<id>: a durable job (package plugins/jobs), written by a trusted
 	// writer; jobs/<id>/acks/<peer>: where it stands on that target,
-	// written by the target alone.
+	// written by the target alone, for the job's writer (direct).
 	{Name: "job", Pattern: "jobs/{job}", Writer: Trusted},
-	{Name: "job-ack", Pattern: "jobs/{job}/acks/{peer}", Writer: Self, SelfSegment: 3},
+	{Name: "job-ack", Pattern: "jobs/{job}/acks/{peer}", Writer: Self, SelfSegment: 3, Direct: true},
+}
+
+// DirectKey reports whether key is of a direct kind (see Scope): the
+// rule ReplicaConfig.Direct takes in an agent.
+func DirectKey(key string) bool {
+	k, _, err := classify(key)
+	return err == nil && k.Direct
 }
 
 // ValidName reports whether s may name a tribe, policy, plugin or task.

@@ -114,10 +114,10 @@ func BenchmarkCatchUp(b *testing.B) {
 
 // pull is pullAll with frame bytes counted and rounds returned.
 func pull(b *testing.B, dst, src *State) (sent, rounds int) {
-	req := dst.StartPull()
+	req := dst.StartPull(Full)
 	for rounds = 1; ; rounds++ {
 		qb := EncodeRequest(req)
-		rb := EncodeResponse(src.Respond(req, respondBudget))
+		rb := EncodeResponse(src.Respond(req, respondBudget, Full))
 		sent += len(qb) + len(rb) + 2*4 // uvarint frames, at most 4 bytes each
 		resp, err := DecodeResponse(rb)
 		if err != nil {
@@ -130,7 +130,7 @@ func pull(b *testing.B, dst, src *State) (sent, rounds int) {
 			}
 			dst.Apply(e, t0)
 		}
-		next, done := dst.NextPull(req, resp, nil)
+		next, done := dst.NextPull(req, resp, Full, nil)
 		if done {
 			return sent, rounds
 		}

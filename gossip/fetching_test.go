@@ -41,9 +41,9 @@ func TestFetchingClaims(t *testing.T) {
 func TestNextPullLeavesOutWhatClaimRefuses(t *testing.T) {
 	s := NewState(Trust{})
 	items := fakeItems(5)
-	req := s.StartPull()
+	req := s.StartPull(Full)
 	resp := SyncResponse{Nodes: []NodeReply{{Items: items}}}
-	next, done := s.NextPull(req, resp, func(it ItemSummary) bool { return it != items[2] })
+	next, done := s.NextPull(req, resp, Full, func(it ItemSummary) bool { return it != items[2] })
 	want := []uint64{items[0].KeyHash, items[1].KeyHash, items[3].KeyHash, items[4].KeyHash}
 	if done || !slices.Equal(next.Want, want) {
 		t.Fatalf("wants %x (done %v), want %x", next.Want, done, want)

@@ -59,6 +59,7 @@ func FuzzDecodeEntry(f *testing.F) {
 // request without panicking.
 func FuzzSyncMessages(f *testing.F) {
 	s := NewState(NewTrust())
+	s.SetDirect(DirectKey)
 	f.Add(EncodeRequest(SyncRequest{Probes: []Probe{{Node: NodeRef{Depth: 1, Value: 3}, Hash: 9}}, Want: []uint64{1, 2}}))
 	f.Add(EncodeResponse(SyncResponse{Nodes: []NodeReply{{Node: NodeRef{}, Children: make([]uint64, 16)}, {Node: NodeRef{Depth: 2, Value: 1}, Items: []ItemSummary{{1, 2}}}}, Served: 1, Entries: [][]byte{[]byte("x")}}))
 	f.Add([]byte{'Q', 0, 0})
@@ -68,13 +69,15 @@ func FuzzSyncMessages(f *testing.F) {
 			if !bytes.Equal(EncodeRequest(req), b) {
 				t.Fatal("request does not re-encode to itself")
 			}
-			s.Respond(req, 1<<20)
+			s.Respond(req, 1<<20, Full)
+			s.Respond(req, 1<<20, Shared)
 		}
 		if resp, err := DecodeResponse(b); err == nil {
 			if !bytes.Equal(EncodeResponse(resp), b) {
 				t.Fatal("response does not re-encode to itself")
 			}
-			s.NextPull(SyncRequest{}, resp, nil)
+			s.NextPull(SyncRequest{}, resp, Full, nil)
+			s.NextPull(SyncRequest{}, resp, Shared, nil)
 		}
 	})
 }

@@ -40,6 +40,12 @@ type ReplicaConfig struct {
 	// their authors publish themselves if they must: a pulled entry under
 	// one is never passed on to the whole topic (see relayFresh).
 	Quiet func(key string) bool
+	// Direct, if set, names the direct keys (see Scope): anti-entropy
+	// compares them only between trusted writers (between every two
+	// nodes in a cluster without a trust list). A node gets others'
+	// direct entries when they are sent to it, or when it asks
+	// (FetchKeys, or SyncScoped in Full).
+	Direct func(key string) bool
 }
 
 // DefaultReplicaConfig returns the agent's defaults for topic.
@@ -65,6 +71,7 @@ type Replica struct {
 	trust atomic.Pointer[Trust] // the trust list in force (SetTrust)
 	h     host.Host
 	key   crypto.PrivKey
+	self  peer.ID // key's
 	store *Store
 	log   *slog.Logger
 	now   func() time.Time
@@ -112,8 +119,13 @@ type watch struct {
 // NewReplica loads the store into a fresh state, so the node starts from
 // what it had before it talks to anyone. key is the node's identity.
 func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig, log *slog.Logger, now func() time.Time, rng *rand.Rand) (*Replica, error) {
-	r := &Replica{cfg: cfg, h: h, key: key, store: store, log: log, now: now, rng: rng,
+	self, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: identity: %w", err)
+	}
+	r := &Replica{cfg: cfg, h: h, key: key, self: self, store: store, log: log, now: now, rng: rng,
 		state: NewState(cfg.Trust), watchers: map[int]watch{}}
+	r.state.SetDirect(cfg.Direct)
 	r.pushing.max, r.pushing.perPeer = maxPushing, maxPushingPerPeer
 	r.trust.Store(&cfg.Trust)
 	loaded, skipped, err := LoadState(store, r.state)
@@ -148,7 +160,8 @@ func (r *Replica) Start(ps *pubsub.PubSub) error {
 	if err != nil {
 		return fmt.Errorf("gossip: topic events: %w", err)
 	}
-	r.h.SetStreamHandler(SyncProtocol, r.serveSync)
+	r.h.SetStreamHandler(SyncProtocol, r.serveSync(Full))
+	r.h.SetStreamHandler(SyncSharedProtocol, r.serveSync(Shared))
 	r.h.SetStreamHandler(PushProtocol, r.servePush)
 	r.spawn(r.receive)
 	r.spawn(func() { r.onTopicJoin(joins) })
@@ -169,6 +182,7 @@ func (r *Replica) Close() error {
 	}
 	r.cancel()
 	r.h.RemoveStreamHandler(SyncProtocol)
+	r.h.RemoveStreamHandler(SyncSharedProtocol)
 	r.h.RemoveStreamHandler(PushProtocol)
 	if r.sub != nil {
 		r.sub.Cancel()
@@ -411,6 +425,31 @@ func (r *Replica) notify(changes []*Change) {
 	}
 }
 
+// Forget drops keys from this replica, stored and held, without a
+// tombstone: for others' direct entries (see Scope) this node no longer
+// needs, as every node drops the acks of a job that is gone. Watchers see
+// each key dropped (New nil).
+func (r *Replica) Forget(keys ...string) error {
+	r.commits.mu.Lock() // no commit between the state's change and the store's
+	defer r.commits.mu.Unlock()
+	var changes []*Change
+	var gone []string
+	r.mu.Lock()
+	for _, k := range keys {
+		if old := r.state.forget(k); old != nil {
+			gone = append(gone, k)
+			changes = append(changes, &Change{Key: k, Old: old})
+		}
+	}
+	r.mu.Unlock()
+	if len(gone) == 0 {
+		return nil
+	}
+	err := r.store.Delete(gone...)
+	r.notify(changes)
+	return err
+}
+
 // Watch calls f for every change under prefix until the returned cancel
 // is called.
 func (r *Replica) Watch(prefix string, f Watcher) (cancel func()) {
@@ -493,6 +532,7 @@ func (r *Replica) SetTrust(t Trust) (changed int, err error) {
 	defer r.commits.mu.Unlock()
 	r.mu.Lock()
 	st := NewState(t)
+	st.SetDirect(r.cfg.Direct)
 	loaded, skipped, err := LoadState(r.store, st)
 	if err != nil {
 		r.mu.Unlock()

@@ -36,7 +36,10 @@ type State struct {
 	trust   Trust
 	entries map[string]*Signed
 	keys    *btree.BTreeG[string] // the keys of entries, in order, for Prefix
-	digest  digest
+	// shared and direct are the digests of the shared and the direct
+	// entries (see Scope); isDirect says which a key is.
+	shared, direct digest
+	isDirect       func(key string) bool
 }
 
 // NewState returns an empty state that authorises entries with trust.
@@ -83,7 +86,7 @@ func (s *State) Apply(e *Signed, now time.Time) (*Change, error) {
 	if old == nil {
 		s.keys.ReplaceOrInsert(e.Key)
 	}
-	s.digest.put(e.Key, keyHash(e.Key), versionHash(e))
+	s.digestOf(e.Key).put(e.Key, keyHash(e.Key), versionHash(e))
 	return &Change{Key: e.Key, Old: old, New: e}, nil
 }
 
@@ -146,6 +149,17 @@ func (s *State) Children(prefix string) []*Signed {
 	return out
 }
 
+// forget drops key, whatever its version, and returns what was held.
+func (s *State) forget(key string) *Signed {
+	e := s.entries[key]
+	if e != nil {
+		delete(s.entries, key)
+		s.keys.Delete(key)
+		s.digestOf(key).remove(keyHash(key))
+	}
+	return e
+}
+
 // Len is the number of keys held, tombstones included.
 func (s *State) Len() int { return len(s.entries) }
 
@@ -165,7 +179,7 @@ func (s *State) Collect(now time.Time, grace time.Duration) []string {
 		if e.Deleted && now.Sub(e.HLC.Wall()) > grace {
 			delete(s.entries, k)
 			s.keys.Delete(k)
-			s.digest.remove(keyHash(k))
+			s.digestOf(k).remove(keyHash(k))
 			gone = append(gone, k)
 		}
 	}
@@ -198,13 +212,13 @@ func (s *State) Hash() [32]byte {
 // Root is the digest's root hash: cheap, and equal on replicas holding the
 // same versions (up to 64-bit collisions).
 func (s *State) Root() uint64 {
-	h, _ := s.digest.hash(NodeRef{})
+	h, _ := s.view(Full).hash(NodeRef{})
 	return h
 }
 
 // byKeyHash returns the held entry whose key hashes to khash.
 func (s *State) byKeyHash(khash uint64) (*Signed, bool) {
-	key, _, ok := s.digest.lookup(khash)
+	key, _, ok := s.view(Full).lookup(khash)
 	if !ok {
 		return nil, false
 	}

@@ -56,7 +56,13 @@ func (a *author) write(t testing.TB, now time.Time, key, value string, deleted b
 // returns the bytes that crossed.
 func pullAll(t testing.TB, dst, src *State, now time.Time) (sent int) {
 	t.Helper()
-	req := dst.StartPull()
+	return pullScoped(t, dst, src, now, Full)
+}
+
+// pullScoped is pullAll in scope sc.
+func pullScoped(t testing.TB, dst, src *State, now time.Time, sc Scope) (sent int) {
+	t.Helper()
+	req := dst.StartPull(sc)
 	for round := 0; ; round++ {
 		if round > maxRounds {
 			t.Fatal("pull did not finish")
@@ -70,7 +76,7 @@ func pullAll(t testing.TB, dst, src *State, now time.Time) (sent int) {
 		if err := CheckRequest(dreq); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		rb := EncodeResponse(src.Respond(dreq, 1<<20))
+		rb := EncodeResponse(src.Respond(dreq, 1<<20, sc))
 		sent += len(qb) + len(rb)
 		resp, err := DecodeResponse(rb)
 		if err != nil {
@@ -92,7 +98,7 @@ func pullAll(t testing.TB, dst, src *State, now time.Time) (sent int) {
 			delete(wanted, keyHash(e.Key))
 			dst.Apply(e, now)
 		}
-		next, done := dst.NextPull(req, resp, nil)
+		next, done := dst.NextPull(req, resp, sc, nil)
 		if done {
 			return sent
 		}

@@ -55,33 +55,38 @@ type SyncResponse struct {
 	Entries [][]byte // signed envelopes of the served wants that exist
 }
 
-// StartPull is the first request of a pull: compare the roots.
-func (s *State) StartPull() SyncRequest {
-	return SyncRequest{Probes: []Probe{{Node: NodeRef{}, Hash: s.Root()}}}
+// StartPull is the first request of a pull in scope sc: compare the
+// roots.
+func (s *State) StartPull(sc Scope) SyncRequest {
+	h, _ := s.view(sc).hash(NodeRef{})
+	return SyncRequest{Probes: []Probe{{Node: NodeRef{}, Hash: h}}}
 }
 
-// Respond answers req from s, sending at most budget bytes of entries (at
-// least one entry if any is wanted, so a pull always progresses).
-func (s *State) Respond(req SyncRequest, budget int) SyncResponse {
+// Respond answers req from s, comparing in scope sc, sending at most
+// budget bytes of entries (at least one entry if any is wanted, so a pull
+// always progresses). Wants are served in any scope: a node asks for
+// what it needs by key (Replica.FetchKeys).
+func (s *State) Respond(req SyncRequest, budget int, sc Scope) SyncResponse {
 	var resp SyncResponse
+	v := s.view(sc)
 	for _, p := range req.Probes {
 		if !p.Node.valid() {
 			continue
 		}
-		h, count := s.digest.hash(p.Node)
+		h, count := v.hash(p.Node)
 		if h == p.Hash {
 			continue
 		}
 		reply := NodeReply{Node: p.Node}
 		if count <= leafItems || p.Node.Depth == MaxDepth {
 			reply.Items = make([]ItemSummary, 0, count)
-			s.digest.items(p.Node, func(it digestItem) {
+			v.items(p.Node, func(it digestItem) {
 				reply.Items = append(reply.Items, ItemSummary{it.khash, it.vhash})
 			})
 		} else {
 			reply.Children = make([]uint64, 16)
 			for i := range 16 {
-				reply.Children[i], _ = s.digest.hash(p.Node.Child(i))
+				reply.Children[i], _ = v.hash(p.Node.Child(i))
 			}
 		}
 		resp.Nodes = append(resp.Nodes, reply)
@@ -102,10 +107,12 @@ func (s *State) Respond(req SyncRequest, budget int) SyncResponse {
 }
 
 // NextPull computes the request after req got resp, against s as it is now
-// (with resp's entries applied). done means the pull is complete. claim,
-// if not nil, is asked before an entry is wanted: an entry it refuses is
-// left out (another pull of this replica fetches that very version).
-func (s *State) NextPull(req SyncRequest, resp SyncResponse, claim func(ItemSummary) bool) (next SyncRequest, done bool) {
+// (with resp's entries applied), comparing in scope sc. done means the
+// pull is complete. claim, if not nil, is asked before an entry is
+// wanted: an entry it refuses is left out (another pull of this replica
+// fetches that very version).
+func (s *State) NextPull(req SyncRequest, resp SyncResponse, sc Scope, claim func(ItemSummary) bool) (next SyncRequest, done bool) {
+	v := s.view(sc)
 	if resp.Served < len(req.Want) {
 		next.Want = append(next.Want, req.Want[max(resp.Served, 0):]...)
 	}
@@ -124,7 +131,7 @@ func (s *State) NextPull(req SyncRequest, resp SyncResponse, claim func(ItemSumm
 			}
 			for i, theirs := range r.Children {
 				child := r.Node.Child(i)
-				if mine, _ := s.digest.hash(child); mine != theirs {
+				if mine, _ := v.hash(child); mine != theirs {
 					next.Probes = append(next.Probes, Probe{Node: child, Hash: mine})
 				}
 			}
@@ -134,7 +141,7 @@ func (s *State) NextPull(req SyncRequest, resp SyncResponse, claim func(ItemSumm
 				if it.KeyHash < lo || it.KeyHash > hi {
 					continue
 				}
-				if _, mine, ok := s.digest.lookup(it.KeyHash); (!ok || mine != it.VersionHash) && (claim == nil || claim(it)) {
+				if _, mine, ok := v.lookup(it.KeyHash); (!ok || mine != it.VersionHash) && (claim == nil || claim(it)) {
 					next.Want = append(next.Want, it.KeyHash)
 				}
 			}

@@ -15,8 +15,22 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
-// SyncProtocol is anti-entropy over a stream: the dialler pulls.
-const SyncProtocol protocol.ID = "/tribe/sync/1.0.0"
+// SyncProtocol is anti-entropy over a stream: the dialler pulls, comparing
+// every entry (Full); SyncSharedProtocol is the same in scope Shared
+// (without the direct keys). The scope is the protocol's, so the messages
+// are the same.
+const (
+	SyncProtocol       protocol.ID = "/tribe/sync/1.0.0"
+	SyncSharedProtocol protocol.ID = "/tribe/sync-shared/1.0.0"
+)
+
+// syncProtocol is the protocol of scope sc.
+func syncProtocol(sc Scope) protocol.ID {
+	if sc == Shared {
+		return SyncSharedProtocol
+	}
+	return SyncProtocol
+}
 
 // respondBudget bounds the entries in one response.
 const respondBudget = 1 << 20
@@ -96,11 +110,15 @@ func (r *Replica) Penalised(p peer.ID) bool {
 	return r.penalties.active(p, r.now())
 }
 
-// serveSync answers pulls: read a request, answer, until the puller
-// closes or the deadline passes. Penalised peers and pulls beyond the
-// slots (syncguard.go) are refused with a reset; the request buffers are
-// reserved on the stream's resource scope (see ReadMsg).
-func (r *Replica) serveSync(s network.Stream) {
+// serveSync answers pulls in scope sc: read a request, answer, until the
+// puller closes or the deadline passes. Penalised peers and pulls beyond
+// the slots (syncguard.go) are refused with a reset; the request buffers
+// are reserved on the stream's resource scope (see ReadMsg).
+func (r *Replica) serveSync(sc Scope) network.StreamHandler {
+	return func(s network.Stream) { r.serveSyncIn(s, sc) }
+}
+
+func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 	p := s.Conn().RemotePeer()
 	if r.Penalised(p) {
 		r.counters.syncPenaltyRefused.Add(1)
@@ -133,7 +151,7 @@ func (r *Replica) serveSync(s network.Stream) {
 			return
 		}
 		r.mu.Lock()
-		resp := r.state.Respond(req, respondBudget)
+		resp := r.state.Respond(req, respondBudget, sc)
 		r.mu.Unlock()
 		if err := WriteMsg(s, EncodeResponse(resp)); err != nil {
 			s.Reset()
@@ -143,17 +161,59 @@ func (r *Replica) serveSync(s network.Stream) {
 	s.Close()
 }
 
-// SyncWith pulls from p everything this replica lacks. A pull stops at the
-// first thing p sends that the protocol does not allow (see refuseSync),
-// and a penalised p is not pulled from (ErrPenalised).
-func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (st SyncStats, err error) {
+// SyncWith pulls from p everything this replica lacks that the two keep
+// (ScopeWith). A pull stops at the first thing p sends that the protocol
+// does not allow (see refuseSync), and a penalised p is not pulled from
+// (ErrPenalised).
+func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (SyncStats, error) {
+	return r.SyncScoped(ctx, p, r.ScopeWith(p))
+}
+
+// ScopeWith is the scope of this replica's pulls from p: Full when both
+// keep the direct keys (trusted writers; every node in a cluster without
+// a trust list), else Shared.
+func (r *Replica) ScopeWith(p peer.ID) Scope {
+	t := r.Trust()
+	if r.cfg.Direct == nil || t.Open() || t.Trusted(r.self) && t.Trusted(p) {
+		return Full
+	}
+	return Shared
+}
+
+// SyncScoped pulls from p in scope sc: Full also brings the direct
+// entries p holds, as a node asked about a job pulls from its writer.
+func (r *Replica) SyncScoped(ctx context.Context, p peer.ID, sc Scope) (st SyncStats, err error) {
+	return r.pullFrom(ctx, p, sc, func() SyncRequest {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.state.StartPull(sc)
+	})
+}
+
+// FetchKeys asks p for the entries of keys, whatever their scope, and
+// takes those p holds: one round, a signature check per entry, no
+// digest walked. A trusted writer asks a job's target so for its ack.
+func (r *Replica) FetchKeys(ctx context.Context, p peer.ID, keys ...string) (SyncStats, error) {
+	want := make([]uint64, 0, len(keys))
+	seen := make(map[uint64]bool, len(keys))
+	for _, k := range keys {
+		if kh := keyHash(k); !seen[kh] {
+			seen[kh] = true
+			want = append(want, kh)
+		}
+	}
+	return r.pullFrom(ctx, p, Full, func() SyncRequest { return SyncRequest{Want: want} })
+}
+
+// pullFrom runs a pull from p in scope sc, from the request first makes.
+func (r *Replica) pullFrom(ctx context.Context, p peer.ID, sc Scope, first func() SyncRequest) (st SyncStats, err error) {
 	if r.Penalised(p) {
 		return st, fmt.Errorf("gossip: sync with %s: %w", p, ErrPenalised)
 	}
 	defer func() { r.pulls.add(st, err) }()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.SyncTimeout)
 	defer cancel()
-	s, err := r.h.NewStream(ctx, p, SyncProtocol)
+	s, err := r.h.NewStream(ctx, p, syncProtocol(sc))
 	if err != nil {
 		return st, fmt.Errorf("gossip: sync with %s: %w", p, err)
 	}
@@ -166,11 +226,9 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (st SyncStats, err er
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
 	br := bufio.NewReader(s)
-	pl := &pulling{id: r.pullIDs.Add(1), claimed: map[uint64]ItemSummary{}}
+	pl := &pulling{id: r.pullIDs.Add(1), scope: sc, claimed: map[uint64]ItemSummary{}}
 	defer r.endClaims(pl)
-	r.mu.Lock()
-	req := r.state.StartPull()
-	r.mu.Unlock()
+	req := first()
 	for st.Rounds = 1; st.Rounds <= maxRounds; st.Rounds++ {
 		next, done, err := r.pullRound(s, br, req, pl, &st)
 		if err != nil {
@@ -190,10 +248,11 @@ func (r *Replica) SyncWith(ctx context.Context, p peer.ID) (st SyncStats, err er
 	return st, fmt.Errorf("gossip: sync with %s: no end after %d rounds", p, maxRounds)
 }
 
-// pulling is one pull's part in the replica's fetching: its id and the
-// entries it claimed, by key hash.
+// pulling is one pull's part in the replica's fetching: its id, its scope
+// and the entries it claimed, by key hash.
 type pulling struct {
 	id      uint64
+	scope   Scope
 	claimed map[uint64]ItemSummary
 }
 
@@ -250,7 +309,7 @@ func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest,
 	}
 	now := r.now()
 	r.mu.Lock()
-	next, done = r.state.NextPull(req, resp, func(it ItemSummary) bool {
+	next, done = r.state.NextPull(req, resp, pl.scope, func(it ItemSummary) bool {
 		if !r.fetching.claim(pl.id, it, now) {
 			st.Shared++
 			return false
@@ -533,7 +592,7 @@ func (r *Replica) randomPeer() (peer.ID, bool) {
 		if r.Penalised(p) {
 			continue // a pull would not be made: try one that will
 		}
-		if ok, _ := r.h.Peerstore().SupportsProtocols(p, SyncProtocol); len(ok) > 0 {
+		if ok, _ := r.h.Peerstore().SupportsProtocols(p, syncProtocol(r.ScopeWith(p))); len(ok) > 0 {
 			candidates = append(candidates, p)
 		}
 	}

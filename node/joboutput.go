@@ -114,7 +114,7 @@ func (n *Node) JobOutput(ctx context.Context, id, node string) (api.JobOutput, e
 	rec, _ := n.nodeNamed(target)
 	e, ok := n.replica.Get(ackKey(id, target))
 	if !ok { // acks go to the job's writer
-		n.syncJobWriters(ctx, n.jobWriter(j))
+		n.askJobWriter(ctx, j)
 		e, ok = n.replica.Get(ackKey(id, target))
 	}
 	if !ok {

@@ -77,6 +77,8 @@ type jobSet struct {
 
 	unreadable    atomic.Int64 // job or ack entries this version cannot read
 	acksPublished atomic.Int64 // acks published because the writer was out of reach
+	acksFetched   atomic.Int64 // acks this writer asked targets for and got (jobacks.go)
+	fetches       ackFetches   // what this writer asks targets for (jobacks.go)
 	handRefused   atomic.Int64 // job streams that carried no job this node takes
 	handBusy      atomic.Int64 // job streams refused: too many open, or the peer cooling down
 	handUnstored  atomic.Int64 // job streams answered refused: the job loop did not store the job in time
@@ -318,10 +320,11 @@ const runningShareAfter = time.Second
 // job's writer: one stream, like a call's answer. Published to every node
 // instead, each ack of a job to N targets reached N nodes: N² deliveries
 // per job, which on 25 agents made a job cost each agent 50 times what a
-// call to the same 25 did. The other nodes get acks by anti-entropy, and
-// a node asked for a job's status pulls from its writer first
-// (syncJobWriters). Only if the writer cannot be reached is the ack
-// published, so that it reaches whoever watches.
+// call to the same 25 did. Other trusted writers get acks by
+// anti-entropy, a node asked for a job's status fetches them from its
+// writer (jobacks.go). Only if the writer cannot be reached is the ack
+// published, so that it reaches whoever watches (and the writer asks for
+// it later if it missed it).
 func (n *Node) shareAck(id string, s *gossip.Signed) {
 	if cur, ok := n.replica.Get(s.Key); !ok || cur.Hash != s.Hash {
 		return // a later ack replaced it
@@ -354,16 +357,25 @@ func (n *Node) jobWriter(j *jobs.Job) peer.ID {
 }
 
 // syncJobWriters pulls from each of writers this node is connected to
-// what it lacks: jobs go to their targets and acks to the job's writer,
-// and reach other nodes only by anti-entropy. Best effort, bounded: an
-// unreachable writer leaves the status as this node knows it.
+// what it lacks: jobs go to their targets and reach other nodes only by
+// anti-entropy, and acks go to the writers (jobacks.go); in scope Full, if
+// given, the pull brings the acks the writer holds too. Best effort,
+// bounded: an unreachable writer leaves the status as this node knows it.
 func (n *Node) syncJobWriters(ctx context.Context, writers ...peer.ID) {
+	n.syncJobWritersIn(ctx, gossip.Shared, writers...)
+}
+
+func (n *Node) syncJobWritersIn(ctx context.Context, sc gossip.Scope, writers ...peer.ID) {
 	for _, w := range writers {
 		if w == "" || w == n.host.ID() || n.host.Network().Connectedness(w) != network.Connected {
 			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, jobWriterSyncTimeout)
-		if _, err := n.replica.SyncWith(sctx, w); err != nil && ctx.Err() == nil {
+		scope := n.replica.ScopeWith(w)
+		if sc == gossip.Full {
+			scope = gossip.Full
+		}
+		if _, err := n.replica.SyncScoped(sctx, w, scope); err != nil && ctx.Err() == nil {
 			n.log.Debug("pulling jobs and acks from a job writer", "writer", w, "err", err)
 		}
 		cancel()
@@ -408,6 +420,9 @@ func (n *Node) jobLoop() {
 	defer n.replica.Watch(jobsPrefix, func(c gossip.Change) {
 		if isJobKey(c.Key) {
 			n.jobs.reopen(c.Key)
+			if c.New != nil && !c.New.Deleted && c.New.Author.String() == self {
+				n.jobs.fetches.wrote(c.Key)
+			}
 		}
 		if isJobKey(c.Key) || strings.HasSuffix(c.Key, "/acks/"+self) {
 			n.jobs.pokeLoop()
@@ -426,7 +441,11 @@ func (n *Node) jobLoop() {
 	defer wake.Stop()
 	collect := time.NewTicker(jobCollectEvery)
 	defer collect.Stop()
+	fetch := time.NewTicker(ackFetchEvery)
+	defer fetch.Stop()
+	var fetching atomic.Bool
 	n.openAll() // after the watcher is in place: no job is missed between
+	n.followWritten()
 	n.jobs.pokeLoop()
 	for {
 		select {
@@ -437,7 +456,16 @@ func (n *Node) jobLoop() {
 		case <-collect.C:
 			n.collectJobs()
 			n.openAll() // a safety net: open is rebuilt from the state
+			n.followWritten()
 			n.jobs.pokeLoop()
+			continue
+		case <-fetch.C:
+			if t := n.replica.Trust(); !t.Open() && t.Trusted(n.host.ID()) && fetching.CompareAndSwap(false, true) {
+				n.spawn(func() {
+					defer fetching.Store(false)
+					n.fetchMissingAcks()
+				})
+			}
 			continue
 		}
 		h := &jobHost{n: n}
@@ -534,19 +562,15 @@ func (n *Node) saveJobOutput(id string, out []byte) error {
 }
 
 // collectJobs deletes, on a trusted writer, the jobs finished longer than
-// the retention ago; and on every node, its acks (and kept outputs) of jobs
-// that are gone.
+// the retention ago; and on every node, the acks it holds (and the outputs
+// it kept) of jobs that are gone.
 func (n *Node) collectJobs() {
 	now := n.now()
 	self := n.host.ID()
 	mayDelete := n.replica.Trust().Authorize(jobKey("x"), self) == nil
 	live := map[string]bool{}
-	var own []string
 	for _, e := range n.replica.Prefix(jobsPrefix) {
 		if !isJobKey(e.Key) {
-			if strings.HasSuffix(e.Key, "/acks/"+self.String()) {
-				own = append(own, strings.Split(e.Key, "/")[1])
-			}
 			continue
 		}
 		j, _, err := n.job(e)
@@ -565,13 +589,8 @@ func (n *Node) collectJobs() {
 			delete(live, j.ID)
 		}
 	}
-	for _, id := range own {
-		if live[id] {
-			continue
-		}
-		if _, err := n.replica.Delete(n.ctx, ackKey(id, self)); err != nil && n.ctx.Err() == nil {
-			n.log.Warn("collecting an ack", "job", id, "err", err)
-		}
+	if err := n.replica.Forget(n.goneAcks(live)...); err != nil && n.ctx.Err() == nil {
+		n.log.Warn("collecting the acks of jobs that are gone", "err", err)
 	}
 	n.jobs.mu.Lock()
 	for key := range n.jobs.cache {

@@ -160,7 +160,7 @@ func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, err
 	}
-	n.syncJobWriters(ctx, n.jobWriter(j))
+	n.askJobWriter(ctx, j)
 	return n.jobView(j, true), nil
 }
 
@@ -168,8 +168,8 @@ func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 // first, with counts instead of rows.
 func (n *Node) Jobs(ctx context.Context, tribe string) ([]api.Job, error) {
 	// Jobs reach their targets, not every node: the trusted writers know
-	// them all, and their targets' acks.
-	n.syncJobWriters(ctx, n.replica.Trust().Peers()...)
+	// them all, and their targets' acks (a Full pull brings those too).
+	n.syncJobWritersIn(ctx, gossip.Full, n.replica.Trust().Peers()...)
 	out := []api.Job{}
 	for _, j := range n.knownJobs() {
 		if tribe == "" || slices.Contains(j.Tribes, tribe) {
@@ -193,7 +193,7 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, err
 	}
-	n.syncJobWriters(ctx, n.jobWriter(j))
+	n.askJobWriter(ctx, j)
 	if s := n.summarize(j); s.State != jobs.Pending {
 		return api.Job{}, api.BadRequest(fmt.Errorf("job %s has ended (%s): nothing to cancel", id, s.State))
 	}
@@ -251,7 +251,7 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 	if err != nil {
 		return err
 	}
-	n.syncJobWriters(ctx, n.jobWriter(wj))
+	n.askJobWriter(ctx, wj)
 	changed := make(chan struct{}, 1)
 	defer n.replica.Watch(jobKey(id), func(gossip.Change) {
 		select {
@@ -290,7 +290,7 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 			return errors.New("the agent is shutting down")
 		case <-changed:
 		case <-tick.C:
-			n.syncJobWriters(ctx, n.jobWriter(j)) // acks go to the writer, not here
+			n.askJobWriter(ctx, j) // acks go to the writer, not here
 		}
 	}
 }

@@ -323,6 +323,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	// Jobs go to their targets and acks to the job's writer, not to
 	// every node: a pulled one is never passed on.
 	rcfg.Quiet = func(key string) bool { return strings.HasPrefix(key, jobsPrefix) }
+	// Acks go to the writers only (jobacks.go).
+	rcfg.Direct = gossip.DirectKey
 	n.rngMu.Lock()
 	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.rngMu.Unlock()

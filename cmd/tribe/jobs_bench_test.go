@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 // submit until every target's ack says done, and one `tribe call`
 // fan-out to the same 25 (target: the job at most 2x the call). Then the
 // jobs per second the tribe completes when 50 are submitted back to back
-// (each target runs them one at a time, in order), and the replicated
-// state a finished job holds per target (its entry and acks, signed).
+// (each target runs them one at a time, in order), the replicated state a
+// finished job holds per target (its entry and acks, signed), and the
+// state keys the writer and a target hold at the end.
 func BenchmarkJob25Agents(b *testing.B) {
 	const n = 25
 	agents, c := echoFleet(b, "j", n, true, func(all []string) map[string][]string { return map[string][]string{"j25": all} })
@@ -107,6 +109,20 @@ func BenchmarkJob25Agents(b *testing.B) {
 	}
 	b.ReportMetric(burst/time.Since(start).Seconds(), "jobs/s")
 	b.ReportMetric(float64(last.StateBytes)/n, "state_B/job/target")
+	// The state keys the writer and a target hold after all those jobs:
+	// a job and an ack per target on the writer, a job and its own ack
+	// on a target (acks go to the writer only).
+	time.Sleep(time.Second) // the last acks' anti-entropy, if any
+	for _, who := range []struct {
+		a    *agentProc
+		unit string
+	}{{agents[0], "writer_keys"}, {agents[1], "target_keys"}} {
+		st, err := api.NewClient(filepath.Join(who.a.dir, api.SocketName)).Status(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(st.Entries), who.unit)
+	}
 }
 
 // fleetCPU is the CPU time (user and system) the agents' processes used

@@ -1,0 +1,207 @@
+package node
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/plugins/jobs"
+)
+
+// Where acks go. A job's acks are direct entries (gossip.Scope): a target
+// hands its ack to the job's writer (on the job's stream, by push, or
+// published when the writer is out of reach), trusted writers share them
+// among themselves by anti-entropy, and other nodes hold their own acks
+// only, unless they ask (a job's status fetches its acks from its writer).
+// With every ack on every node, a job to N targets cost every node N
+// signature checks and N entries of state for the retention period.
+//
+// What the writer missed (an ack published while it was down, a push lost
+// with its connection) it asks the targets for: every ackFetchEvery, a
+// trusted writer fetches the acks of its unfinished jobs that are not
+// final here from the targets it is connected to, each key backing off to
+// ackFetchMax while it stays unfinal (a long run, a job queued behind
+// others).
+const (
+	ackFetchEvery = 10 * time.Second
+	ackFetchMax   = 5 * time.Minute
+)
+
+// ackFetches is a trusted writer's side of the acks it asks for.
+type ackFetches struct {
+	mu sync.Mutex
+	// unfinished are the keys of the jobs this node wrote that were not
+	// finished when it last looked.
+	unfinished map[string]bool
+	// due is when each ack key may be asked for again, and its backoff.
+	due map[string]ackDue
+}
+
+type ackDue struct {
+	at    time.Time
+	every time.Duration
+}
+
+// wrote notes a job this node wrote, to follow until it finishes.
+func (f *ackFetches) wrote(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unfinished == nil {
+		f.unfinished = map[string]bool{}
+	}
+	f.unfinished[key] = true
+}
+
+// ask reports whether ack key is due at now, and if so sets its next time.
+func (f *ackFetches) ask(key string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.due[key]
+	if ok && now.Before(d.at) {
+		return false
+	}
+	d.every = min(max(2*d.every, ackFetchEvery), ackFetchMax)
+	if !ok {
+		d.every = ackFetchEvery
+	}
+	if f.due == nil {
+		f.due = map[string]ackDue{}
+	}
+	d.at = now.Add(d.every)
+	f.due[key] = d
+	return true
+}
+
+// keep drops the keys no longer followed: jobs not in jobs, acks not in
+// acks.
+func (f *ackFetches) keep(jobs, acks map[string]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	maps.DeleteFunc(f.unfinished, func(k string, _ bool) bool { return !jobs[k] })
+	maps.DeleteFunc(f.due, func(k string, _ ackDue) bool { return !acks[k] })
+}
+
+func (f *ackFetches) jobs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.unfinished))
+}
+
+// followWritten adds every held job this node wrote that is not finished:
+// at the loop's start and once a minute, a safety net for the watcher.
+func (n *Node) followWritten() {
+	for _, j := range n.knownJobs() {
+		if n.jobWriter(j) == n.host.ID() && n.summarize(j).State == jobs.Pending {
+			n.jobs.fetches.wrote(jobKey(j.ID))
+		}
+	}
+}
+
+// fetchMissingAcks asks the targets of this node's unfinished jobs for
+// the acks it does not hold final, if this node is where they go: the
+// writer, with targets whose acks anti-entropy does not bring it.
+func (n *Node) fetchMissingAcks() {
+	now := n.now()
+	self := n.host.ID()
+	followed, asked := map[string]bool{}, map[string]bool{}
+	byTarget := map[peer.ID][]string{}
+	for _, key := range n.jobs.fetches.jobs() {
+		e, ok := n.replica.Get(key)
+		if !ok {
+			continue
+		}
+		j, author, err := n.job(e)
+		if err != nil || author != self {
+			continue
+		}
+		s := n.summarize(j)
+		if s.State != jobs.Pending {
+			continue
+		}
+		followed[key] = true
+		for _, t := range s.Targets {
+			if t.ID == "" || t.Ack.State.Final() || t.ID == self.String() {
+				continue
+			}
+			id, err := peer.Decode(t.ID)
+			if err != nil || n.replica.ScopeWith(id) == gossip.Full || n.host.Network().Connectedness(id) != network.Connected {
+				continue
+			}
+			k := ackKey(j.ID, id)
+			asked[k] = true
+			if n.jobs.fetches.ask(k, now) {
+				byTarget[id] = append(byTarget[id], k)
+			}
+		}
+	}
+	n.jobs.fetches.keep(followed, asked)
+	sem := make(chan struct{}, n.cfg.CallParallel)
+	var wg sync.WaitGroup
+	for id, keys := range byTarget {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(n.ctx, jobWriterSyncTimeout)
+			defer cancel()
+			st, err := n.replica.FetchKeys(ctx, id, keys...)
+			if err != nil && n.ctx.Err() == nil {
+				n.log.Debug("asking a target for its acks", "target", id, "acks", len(keys), "err", err)
+			}
+			n.jobs.acksFetched.Add(int64(st.Applied))
+		})
+	}
+	wg.Wait()
+}
+
+// askJobWriter brings this node what job j's writer knows of it: the job,
+// pulled, and its acks, fetched where anti-entropy with the writer leaves
+// them out.
+func (n *Node) askJobWriter(ctx context.Context, j *jobs.Job) {
+	w := n.jobWriter(j)
+	n.syncJobWriters(ctx, w)
+	n.fetchAcks(ctx, j, w)
+}
+
+// fetchAcks brings this node the acks of job j that it does not hold
+// final, from writer w, when anti-entropy with w leaves them out (this
+// node is not a trusted writer): a job's status, asked anywhere, is what
+// its writer knows.
+func (n *Node) fetchAcks(ctx context.Context, j *jobs.Job, w peer.ID) {
+	if w == "" || w == n.host.ID() || n.replica.ScopeWith(w) == gossip.Full || n.host.Network().Connectedness(w) != network.Connected {
+		return
+	}
+	var keys []string
+	for _, t := range n.summarize(j).Targets {
+		if id, err := peer.Decode(t.ID); err == nil && !t.Ack.State.Final() {
+			keys = append(keys, ackKey(j.ID, id))
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, jobWriterSyncTimeout)
+	defer cancel()
+	if _, err := n.replica.FetchKeys(ctx, w, keys...); err != nil && ctx.Err() == nil {
+		n.log.Debug("fetching a job's acks from its writer", "job", j.ID, "writer", w, "err", err)
+	}
+}
+
+// goneAcks are the acks this node holds (its own and others') of jobs not
+// in live: forgotten, with no tombstone (acks are direct entries, which
+// travel only to the writers, who drop them likewise).
+func (n *Node) goneAcks(live map[string]bool) []string {
+	var gone []string
+	for _, e := range n.replica.Prefix(jobsPrefix) {
+		if id, _, ok := strings.Cut(strings.TrimPrefix(e.Key, jobsPrefix), "/acks/"); ok && !live[id] {
+			gone = append(gone, e.Key)
+		}
+	}
+	return gone
+}

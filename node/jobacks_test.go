@@ -1,0 +1,145 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+func TestAckFetchBackoff(t *testing.T) {
+	var f ackFetches
+	t0 := time.Unix(1000, 0)
+	for _, s := range []struct {
+		at   time.Duration
+		want bool
+	}{
+		{0, true},                               // first ask
+		{ackFetchEvery - time.Second, false},    // too soon
+		{ackFetchEvery, true},                   // due; next in 2x
+		{3*ackFetchEvery - time.Second, false},  // 2x not yet passed
+		{3 * ackFetchEvery, true},               // next in 4x
+		{7*ackFetchEvery - time.Second, false},  //
+		{7 * ackFetchEvery, true},               // and so on, up to ackFetchMax
+		{7*ackFetchEvery + 2*ackFetchMax, true}, //
+		{8*ackFetchEvery + 3*ackFetchMax, true}, // capped: ackFetchMax later is due
+		{8*ackFetchEvery + 3*ackFetchMax + time.Second, false},
+	} {
+		if got := f.ask("k", t0.Add(s.at)); got != s.want {
+			t.Fatalf("ask at +%v: %v, want %v", s.at, got, s.want)
+		}
+	}
+	f.wrote("jobs/a")
+	f.wrote("jobs/b")
+	f.keep(map[string]bool{"jobs/b": true}, map[string]bool{})
+	if got := f.jobs(); len(got) != 1 || got[0] != "jobs/b" || len(f.due) != 0 {
+		t.Fatalf("after keep: jobs %v, due %v", got, f.due)
+	}
+}
+
+// With a trust list, a job's acks are kept by their targets and the
+// writer only: anti-entropy between the targets, or from the writer,
+// leaves others' acks out. A node asked for the job's status fetches them
+// from the writer; the writer, missing one, asks its target for it; and
+// once the job is collected every node forgets the acks it held.
+func TestAcksKeptByTheirTargetsAndTheWriter(t *testing.T) {
+	ctx := context.Background()
+	ac := loopbackConfig(t, "a")
+	ac.Trusted = []string{identity(t, ac).String()}
+	ac.SyncInterval = time.Hour // the test pulls by hand
+	a := startNode(t, ac)
+	nodes := map[string]*Node{}
+	for _, name := range []string{"b", "c", "d"} {
+		c := loopbackConfig(t, name)
+		c.Trusted, c.Join, c.SyncInterval = ac.Trusted, []string{tcpAddr(a)}, time.Hour
+		nodes[name] = startNode(t, c)
+	}
+	b, c, d := nodes["b"], nodes["c"], nodes["d"]
+	waitFor(t, "a to know every node", func() bool { return len(a.nodeRecords()) == 4 })
+	if _, err := a.Admit(ctx, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{b, c, d} {
+		waitFor(t, n.cfg.Name+" admitted on "+n.cfg.Name, func() bool { return n.rules().Counts(n.ID()) })
+	}
+	jobTribe(t, a, "t", "echo", []*Node{b, c})
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	ackB, ackC := ackKey(j.ID, b.ID()), ackKey(j.ID, c.ID())
+
+	// Anti-entropy every way: b and c keep their own acks only.
+	for _, pair := range [][2]*Node{{b, c}, {c, b}, {b, a}, {c, a}, {d, a}, {d, b}, {a, b}, {a, c}} {
+		waitFor(t, "connected", func() bool {
+			return pair[0].isConnected(pair[1].ID()) || pair[0].host.Connect(ctx, pair[1].host.Peerstore().PeerInfo(pair[1].ID())) == nil
+		})
+		if _, err := pair[0].replica.SyncWith(ctx, pair[1].ID()); err != nil {
+			t.Fatalf("%s pulling from %s: %v", pair[0].cfg.Name, pair[1].cfg.Name, err)
+		}
+	}
+	held := func(n *Node, key string) bool { _, ok := n.replica.Get(key); return ok }
+	for _, h := range []struct {
+		n        *Node
+		key      string
+		want     bool
+		whatWhom string
+	}{
+		{a, ackB, true, "the writer, b's ack"}, {a, ackC, true, "the writer, c's ack"},
+		{b, ackB, true, "b, its own ack"}, {b, ackC, false, "b, c's ack"},
+		{c, ackC, true, "c, its own ack"}, {c, ackB, false, "c, b's ack"},
+		{d, ackB, false, "d, b's ack"},
+	} {
+		if got := held(h.n, h.key); got != h.want {
+			t.Errorf("%s: held %v, want %v", h.whatWhom, got, h.want)
+		}
+	}
+
+	// Asked, d shows the job as the writer knows it.
+	if s := jobState(t, d, j.ID); s.State != "done" || s.Counts["done"] != 2 {
+		t.Fatalf("the job as d shows it, asked: %+v", s)
+	}
+
+	// The writer lost b's ack (as when b published it while a was down):
+	// it asks b for it, and no sooner than the backoff again.
+	if err := a.replica.Forget(ackB); err != nil {
+		t.Fatal(err)
+	}
+	a.fetchMissingAcks()
+	if !held(a, ackB) || a.jobs.acksFetched.Load() != 1 {
+		t.Fatalf("the writer fetched %d acks; holds b's: %v", a.jobs.acksFetched.Load(), held(a, ackB))
+	}
+	a.replica.Forget(ackB)
+	a.fetchMissingAcks()
+	if held(a, ackB) {
+		t.Fatal("the writer asked b again within the backoff")
+	}
+	if _, err := a.replica.FetchKeys(ctx, b.ID(), ackB); err != nil {
+		t.Fatal(err)
+	}
+
+	// Collected: every node forgets the acks it held, its own included.
+	if _, err := a.replica.Delete(ctx, jobKey(j.ID)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{b, c, d} {
+		waitFor(t, "the job gone on "+n.cfg.Name, func() bool {
+			if _, ok := n.replica.Get(jobKey(j.ID)); ok {
+				return false
+			}
+			_, err := n.replica.SyncWith(ctx, a.ID())
+			return err == nil && !held(n, jobKey(j.ID))
+		})
+	}
+	for _, n := range []*Node{a, b, c, d} {
+		n.collectJobs()
+		for _, k := range []string{ackB, ackC} {
+			if _, ok := n.replica.Version(k); ok {
+				t.Errorf("%s still holds %s (or its tombstone) after the job was collected", n.cfg.Name, k)
+			}
+		}
+	}
+}

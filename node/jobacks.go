@@ -88,20 +88,34 @@ func (f *ackFetches) keep(jobs, acks map[string]bool) {
 	maps.DeleteFunc(f.due, func(k string, _ ackDue) bool { return !acks[k] })
 }
 
+// following reports whether any job is followed.
+func (f *ackFetches) following() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.unfinished) > 0
+}
+
 func (f *ackFetches) jobs() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Sorted(maps.Keys(f.unfinished))
 }
 
-// followWritten adds every held job this node wrote that is not finished:
-// at the loop's start and once a minute, a safety net for the watcher.
+// followWritten follows the held jobs this node wrote that are not
+// finished, and no others: at the loop's start and once a minute, a
+// safety net for the watcher (and what prunes the set where no fetch
+// does, without a trust list).
 func (n *Node) followWritten() {
+	keys := map[string]bool{}
 	for _, j := range n.knownJobs() {
 		if n.jobWriter(j) == n.host.ID() && n.summarize(j).State == jobs.Pending {
-			n.jobs.fetches.wrote(jobKey(j.ID))
+			keys[jobKey(j.ID)] = true
 		}
 	}
+	f := &n.jobs.fetches
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unfinished = keys
 }
 
 // fetchMissingAcks asks the targets of this node's unfinished jobs for

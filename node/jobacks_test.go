@@ -46,24 +46,8 @@ func TestAckFetchBackoff(t *testing.T) {
 // once the job is collected every node forgets the acks it held.
 func TestAcksKeptByTheirTargetsAndTheWriter(t *testing.T) {
 	ctx := context.Background()
-	ac := loopbackConfig(t, "a")
-	ac.Trusted = []string{identity(t, ac).String()}
-	ac.SyncInterval = time.Hour // the test pulls by hand
-	a := startNode(t, ac)
-	nodes := map[string]*Node{}
-	for _, name := range []string{"b", "c", "d"} {
-		c := loopbackConfig(t, name)
-		c.Trusted, c.Join, c.SyncInterval = ac.Trusted, []string{tcpAddr(a)}, time.Hour
-		nodes[name] = startNode(t, c)
-	}
+	a, nodes := trustedFleet(t, "b", "c", "d")
 	b, c, d := nodes["b"], nodes["c"], nodes["d"]
-	waitFor(t, "a to know every node", func() bool { return len(a.nodeRecords()) == 4 })
-	if _, err := a.Admit(ctx, nil, true); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []*Node{b, c, d} {
-		waitFor(t, n.cfg.Name+" admitted on "+n.cfg.Name, func() bool { return n.rules().Counts(n.ID()) })
-	}
 	jobTribe(t, a, "t", "echo", []*Node{b, c})
 	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
 	if err != nil {
@@ -142,4 +126,52 @@ func TestAcksKeptByTheirTargetsAndTheWriter(t *testing.T) {
 			}
 		}
 	}
+}
+
+// trustedFleet starts a, the trusted writer, and a node of each of names
+// joining it and admitted, all with periodic anti-entropy off.
+func trustedFleet(t *testing.T, names ...string) (a *Node, others map[string]*Node) {
+	t.Helper()
+	ac := loopbackConfig(t, "a")
+	ac.Trusted = []string{identity(t, ac).String()}
+	ac.SyncInterval = time.Hour
+	a = startNode(t, ac)
+	others = map[string]*Node{}
+	for _, name := range names {
+		c := loopbackConfig(t, name)
+		c.Trusted, c.Join, c.SyncInterval = ac.Trusted, []string{tcpAddr(a)}, time.Hour
+		others[name] = startNode(t, c)
+	}
+	waitFor(t, "a to know every node", func() bool { return len(a.nodeRecords()) == len(names)+1 })
+	if _, err := a.Admit(context.Background(), nil, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range others {
+		waitFor(t, n.cfg.Name+" admitted on "+n.cfg.Name, func() bool { return n.rules().Counts(n.ID()) })
+	}
+	return a, others
+}
+
+// A writer that lost an ack (as when its target published it while the
+// writer was down) asks the target for it by itself, within
+// ackFetchEvery.
+func TestWriterAsksForAMissedAck(t *testing.T) {
+	ctx := context.Background()
+	a, nodes := trustedFleet(t, "b")
+	b := nodes["b"]
+	jobTribe(t, a, "t", "echo", []*Node{b})
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	if err := a.replica.Forget(ackKey(j.ID, b.ID())); err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+	waitFor(t, "the writer to have the ack again", func() bool { _, ok := a.replica.Get(ackKey(j.ID, b.ID())); return ok })
+	if a.jobs.acksFetched.Load() != 1 {
+		t.Fatalf("%d acks fetched, want 1", a.jobs.acksFetched.Load())
+	}
+	t.Logf("fetched %v after it was lost", time.Since(lost).Round(time.Millisecond))
 }

@@ -441,13 +441,19 @@ func (n *Node) jobLoop() {
 	defer wake.Stop()
 	collect := time.NewTicker(jobCollectEvery)
 	defer collect.Stop()
-	fetch := time.NewTicker(ackFetchEvery)
-	defer fetch.Stop()
+	// Armed only while this node is a trusted writer with unfinished
+	// jobs: no other node wakes for it.
+	var fetch <-chan time.Time
 	var fetching atomic.Bool
 	n.openAll() // after the watcher is in place: no job is missed between
 	n.followWritten()
 	n.jobs.pokeLoop()
 	for {
+		if fetch == nil && n.jobs.fetches.following() {
+			if t := n.replica.Trust(); !t.Open() && t.Trusted(n.host.ID()) {
+				fetch = time.After(ackFetchEvery)
+			}
+		}
 		select {
 		case <-n.ctx.Done():
 			return
@@ -459,8 +465,9 @@ func (n *Node) jobLoop() {
 			n.followWritten()
 			n.jobs.pokeLoop()
 			continue
-		case <-fetch.C:
-			if t := n.replica.Trust(); !t.Open() && t.Trusted(n.host.ID()) && fetching.CompareAndSwap(false, true) {
+		case <-fetch:
+			fetch = nil
+			if fetching.CompareAndSwap(false, true) {
 				n.spawn(func() {
 					defer fetching.Store(false)
 					n.fetchMissingAcks()

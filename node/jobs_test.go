@@ -225,24 +225,8 @@ func TestJobAcksGoToTheWriter(t *testing.T) {
 // refused and counted.
 func TestJobReachesOnlyItsTargets(t *testing.T) {
 	ctx := context.Background()
-	ac := loopbackConfig(t, "a")
-	ac.Trusted = []string{identity(t, ac).String()}
-	ac.SyncInterval = time.Hour
-	a := startNode(t, ac)
-	nodes := map[string]*Node{}
-	for _, name := range []string{"b", "c", "d"} {
-		c := loopbackConfig(t, name)
-		c.Trusted, c.Join, c.SyncInterval = ac.Trusted, []string{tcpAddr(a)}, time.Hour
-		nodes[name] = startNode(t, c)
-	}
+	a, nodes := trustedFleet(t, "b", "c", "d")
 	b, c, d := nodes["b"], nodes["c"], nodes["d"]
-	waitFor(t, "a to know every node", func() bool { return len(a.nodeRecords()) == 4 })
-	if _, err := a.Admit(ctx, nil, true); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []*Node{b, c} {
-		waitFor(t, n.cfg.Name+" admitted on "+n.cfg.Name, func() bool { return n.rules().Counts(n.ID()) })
-	}
 	jobTribe(t, a, "t", "echo", []*Node{b, c})
 
 	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})

@@ -449,3 +449,25 @@ func TestAckHandedAsTheWaitEndsIsKept(t *testing.T) {
 		t.Fatalf("a wait that got nothing returned %v", got)
 	}
 }
+
+// A job whose plugin this node has not loaded yet, though the state asks
+// it to (the job came with the plugin's entry, or just after a restart),
+// loads it and runs, rather than failing as if it never could.
+func TestJobLoadsItsPluginIfTheLoopHasNotYet(t *testing.T) {
+	a, b := writerAndTarget(t, "echo", func(*Config) {})
+	b.plugins.closeAll() // as if the plugin loop had not caught up
+	now := a.now().UTC()
+	j := jobs.Job{ID: a.newJobID(), Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), Created: now, Expires: now.Add(time.Hour)}
+	j.SetTargets([]string{b.ID().String()})
+	raw, _ := json.Marshal(j)
+	e, err := a.replica.PutQuiet(context.Background(), jobKey(j.ID), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.replica.Apply(e); err != nil {
+		t.Fatal(err)
+	}
+	if res := b.callJob(&j); !res.OK {
+		t.Fatalf("the job on b: %+v", res)
+	}
+}

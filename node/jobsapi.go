@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -252,13 +253,25 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 		return err
 	}
 	n.askJobWriter(ctx, wj)
+	// Each ack is decoded once a version, as it changes: summarized
+	// whole at every change, a job to N targets cost its writer N²
+	// decodes (most of a waiting writer's CPU at 25).
 	changed := make(chan struct{}, 1)
-	defer n.replica.Watch(jobKey(id), func(gossip.Change) {
+	acksOf := jobKey(id) + "/acks/"
+	var mu sync.Mutex
+	dirty := map[string]bool{}
+	defer n.replica.Watch(jobKey(id), func(c gossip.Change) {
+		if strings.HasPrefix(c.Key, acksOf) {
+			mu.Lock()
+			dirty[c.Key] = true
+			mu.Unlock()
+		}
 		select {
 		case changed <- struct{}{}:
 		default:
 		}
 	})()
+	acks, _ := n.jobAcks(id) // after the watch: a change between is dirty
 	emit(nil)
 	sent := map[string]bool{}
 	tick := time.NewTicker(time.Second) // expiry comes with no entry
@@ -272,7 +285,14 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 		if err != nil {
 			return err
 		}
-		s := n.summarize(j)
+		mu.Lock()
+		keys := dirty
+		dirty = map[string]bool{}
+		mu.Unlock()
+		for k := range keys {
+			n.readAck(acks, k)
+		}
+		s := jobs.Summarize(j, acks, n.targetByHash, n.now())
 		for _, t := range s.Targets {
 			if key := t.ID + t.Hash; t.Ack.State.Final() && !sent[key] {
 				sent[key] = true

@@ -203,3 +203,41 @@ func TestFetchKeysBringsADirectEntry(t *testing.T) {
 		t.Fatalf("a Full pull after it: %+v %v, want nothing left to fetch", st, err)
 	}
 }
+
+// A node that pulls in scope Shared from a peer of an earlier version
+// (which serves only the full protocol) compares everything, as before.
+func TestSharedPullFromAnEarlierVersion(t *testing.T) {
+	w := newTestNet(t)
+	old := &testNet{mn: w.mn}
+	h, err := w.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.start(t, h)
+	h.RemoveStreamHandler(SyncSharedProtocol) // as an agent of an earlier version
+	trust := NewTrust(h.ID())                 // the old peer a writer, w not
+	for _, n := range []*testNet{w, old} {
+		n.r.cfg.Direct = DirectKey
+		n.r.state.SetDirect(DirectKey)
+		n.r.trust.Store(&trust)
+	}
+	if _, err := w.mn.LinkPeers(w.h.ID(), h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.mn.ConnectPeers(w.h.ID(), h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	ack := "jobs/j/acks/" + h.ID().String()
+	if _, err := old.r.PutQuiet(context.Background(), ack, []byte(`{"state":"done"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if sc := w.r.ScopeWith(h.ID()); sc != Shared {
+		t.Fatalf("scope %v, want shared", sc)
+	}
+	if _, err := w.r.SyncWith(context.Background(), h.ID()); err != nil {
+		t.Fatalf("pull from the earlier version: %v", err)
+	}
+	if _, ok := w.r.Get(ack); !ok {
+		t.Fatal("the pull in the full protocol did not compare the direct entries")
+	}
+}

@@ -183,7 +183,7 @@ func (r *Replica) ScopeWith(p peer.ID) Scope {
 // SyncScoped pulls from p in scope sc: Full also brings the direct
 // entries p holds, as a node asked about a job pulls from its writer.
 func (r *Replica) SyncScoped(ctx context.Context, p peer.ID, sc Scope) (st SyncStats, err error) {
-	return r.pullFrom(ctx, p, sc, func() SyncRequest {
+	return r.pullFrom(ctx, p, sc, func(sc Scope) SyncRequest {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.state.StartPull(sc)
@@ -202,20 +202,30 @@ func (r *Replica) FetchKeys(ctx context.Context, p peer.ID, keys ...string) (Syn
 			want = append(want, kh)
 		}
 	}
-	return r.pullFrom(ctx, p, Full, func() SyncRequest { return SyncRequest{Want: want} })
+	return r.pullFrom(ctx, p, Full, func(Scope) SyncRequest { return SyncRequest{Want: want} })
 }
 
-// pullFrom runs a pull from p in scope sc, from the request first makes.
-func (r *Replica) pullFrom(ctx context.Context, p peer.ID, sc Scope, first func() SyncRequest) (st SyncStats, err error) {
+// pullFrom runs a pull from p in scope sc (Full if p serves only that),
+// from the request first makes for the scope.
+func (r *Replica) pullFrom(ctx context.Context, p peer.ID, sc Scope, first func(Scope) SyncRequest) (st SyncStats, err error) {
 	if r.Penalised(p) {
 		return st, fmt.Errorf("gossip: sync with %s: %w", p, ErrPenalised)
 	}
 	defer func() { r.pulls.add(st, err) }()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.SyncTimeout)
 	defer cancel()
-	s, err := r.h.NewStream(ctx, p, syncProtocol(sc))
+	protos := []protocol.ID{syncProtocol(sc)}
+	if sc == Shared {
+		// A peer of an earlier version serves only the full protocol:
+		// pulled from so, it compares everything, as it did.
+		protos = append(protos, SyncProtocol)
+	}
+	s, err := r.h.NewStream(ctx, p, protos...)
 	if err != nil {
 		return st, fmt.Errorf("gossip: sync with %s: %w", p, err)
+	}
+	if s.Protocol() == SyncProtocol {
+		sc = Full
 	}
 	defer s.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -228,7 +238,7 @@ func (r *Replica) pullFrom(ctx context.Context, p peer.ID, sc Scope, first func(
 	br := bufio.NewReader(s)
 	pl := &pulling{id: r.pullIDs.Add(1), scope: sc, claimed: map[uint64]ItemSummary{}}
 	defer r.endClaims(pl)
-	req := first()
+	req := first(sc)
 	for st.Rounds = 1; st.Rounds <= maxRounds; st.Rounds++ {
 		next, done, err := r.pullRound(s, br, req, pl, &st)
 		if err != nil {
@@ -592,7 +602,7 @@ func (r *Replica) randomPeer() (peer.ID, bool) {
 		if r.Penalised(p) {
 			continue // a pull would not be made: try one that will
 		}
-		if ok, _ := r.h.Peerstore().SupportsProtocols(p, syncProtocol(r.ScopeWith(p))); len(ok) > 0 {
+		if ok, _ := r.h.Peerstore().SupportsProtocols(p, SyncProtocol, SyncSharedProtocol); len(ok) > 0 {
 			candidates = append(candidates, p)
 		}
 	}

@@ -433,10 +433,6 @@ func (n *Node) jobLoop() {
 			n.jobs.pokeLoop()
 		}
 	})()
-	n.host.SetStreamHandler(JobOutputProtocol, n.serveJobOutput)
-	defer n.host.RemoveStreamHandler(JobOutputProtocol)
-	n.host.SetStreamHandler(JobProtocol, n.serveJob)
-	defer n.host.RemoveStreamHandler(JobProtocol)
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
 	collect := time.NewTicker(jobCollectEvery)

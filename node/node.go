@@ -52,6 +52,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
@@ -389,6 +390,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startSwim(); err != nil {
 		return err
 	}
+	n.serve()
 	if n.ownsHost {
 		if err := listen(n.host.Network(), n.cfg.listenAddrs()); err != nil {
 			return err
@@ -434,10 +436,31 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.spawn(n.autoAdmitLoop)
 	}
-	n.calls.Start()
 	n.running.Store(true)
 	n.log.Info("node started", "id", n.host.ID(), "addrs", n.host.Addrs(), "cluster", n.cfg.Cluster, "mdns", n.cfg.MDNS, "private", n.private)
 	return nil
+}
+
+// serve registers the protocols peers call this node on (calls, jobs and
+// their outputs, shared plugins, task watches) before the host listens.
+// Each loop registered its own as it started, and a peer that dialled a
+// starting node at once (a writer handing it a job as it came back) was
+// told the protocol is not supported. A stream that comes before its
+// loop runs waits for it, as the loop's state is made in New.
+func (n *Node) serve() {
+	n.host.SetStreamHandler(JobProtocol, n.serveJob)
+	n.host.SetStreamHandler(JobOutputProtocol, n.serveJobOutput)
+	n.host.SetStreamHandler(PluginFetchProtocol, n.serveSharedPlugin)
+	n.host.SetStreamHandler(TaskWatchProtocol, n.serveTaskWatch)
+	n.calls.Start()
+}
+
+// unserve stops serving what serve registered but calls (closed with
+// the call server), as the node stops.
+func (n *Node) unserve() {
+	for _, p := range []protocol.ID{JobProtocol, JobOutputProtocol, PluginFetchProtocol, TaskWatchProtocol} {
+		n.host.RemoveStreamHandler(p)
+	}
 }
 
 // recordInterval is how often the node checks that its record (name,
@@ -501,6 +524,7 @@ func (n *Node) Close() error {
 			errs = append(errs, n.replica.Close())
 		}
 		n.stopWatches()
+		n.unserve()
 		if n.cancel != nil {
 			n.cancel()
 		}

@@ -6,15 +6,18 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
 )
 
 // loopbackConfig is a real agent's config on loopback with mDNS off.
@@ -212,5 +215,21 @@ func TestDamagedStateStoreIsAnError(t *testing.T) {
 	n = startNode(t, c) // the data dir and its lock were released
 	if _, ok := n.nodeRecords()[n.ID()]; !ok {
 		t.Fatal("the node did not write its record into a new store")
+	}
+}
+
+// Every protocol the node serves is served once Start returns, not once
+// the loop that uses it has started: a peer that dialled a starting node
+// at once was told the protocol is not supported.
+func TestProtocolsServedOnceStarted(t *testing.T) {
+	for range 5 {
+		n := startNode(t, loopbackConfig(t, "a"))
+		have := n.host.Mux().Protocols()
+		for _, p := range []protocol.ID{JobProtocol, JobOutputProtocol, PluginFetchProtocol, TaskWatchProtocol, plugins.ProtocolID} {
+			if !slices.Contains(have, p) {
+				t.Fatalf("%s not served when Start returned", p)
+			}
+		}
+		n.Close()
 	}
 }

@@ -156,8 +156,6 @@ func (n *Node) pluginLoop() {
 	defer n.replica.Watch(authority.AdmittedPrefix+n.host.ID().String(), poke)()
 	defer n.replica.Watch(policiesPrefix, poke)()
 	defer n.replica.Watch(nodesPrefix+n.host.ID().String(), poke)()
-	n.host.SetStreamHandler(PluginFetchProtocol, n.serveSharedPlugin)
-	defer n.host.RemoveStreamHandler(PluginFetchProtocol)
 	poke(gossip.Change{})
 	for {
 		select {

@@ -116,8 +116,6 @@ func (n *Node) taskLoop() {
 	defer n.replica.Watch(policiesPrefix, poke)()
 	defer n.replica.Watch(nodesPrefix+n.host.ID().String(), poke)()
 	defer n.stopTasks()
-	n.host.SetStreamHandler(TaskWatchProtocol, n.serveTaskWatch)
-	defer n.host.RemoveStreamHandler(TaskWatchProtocol)
 	poke(gossip.Change{})
 	// The report timer runs only while a report is due (a ticker woke
 	// every agent every taskReportEvery, tasks or not); a change after a

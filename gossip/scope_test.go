@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -162,25 +163,8 @@ func TestDirectKey(t *testing.T) {
 // A trusted writer's pulls from a node that is not one leave that node's
 // ack out; the writer asks for it by key and gets it.
 func TestFetchKeysBringsADirectEntry(t *testing.T) {
-	w := newTestNet(t)
-	target := &testNet{mn: w.mn}
-	h, err := w.mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	trust := NewTrust(w.h.ID())
-	target.start(t, h)
-	for _, n := range []*testNet{w, target} {
-		n.r.cfg.Direct = DirectKey
-		n.r.state.SetDirect(DirectKey)
-		n.r.trust.Store(&trust)
-	}
-	if _, err := w.mn.LinkPeers(w.h.ID(), h.ID()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.mn.ConnectPeers(w.h.ID(), h.ID()); err != nil {
-		t.Fatal(err)
-	}
+	w, target := directPair(t, true, nil)
+	h := target.h
 	ctx := context.Background()
 	ack := "jobs/j/acks/" + h.ID().String()
 	if _, err := target.r.PutQuiet(ctx, ack, []byte(`{"state":"done"}`)); err != nil {
@@ -207,26 +191,10 @@ func TestFetchKeysBringsADirectEntry(t *testing.T) {
 // A node that pulls in scope Shared from a peer of an earlier version
 // (which serves only the full protocol) compares everything, as before.
 func TestSharedPullFromAnEarlierVersion(t *testing.T) {
-	w := newTestNet(t)
-	old := &testNet{mn: w.mn}
-	h, err := w.mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old.start(t, h)
-	h.RemoveStreamHandler(SyncSharedProtocol) // as an agent of an earlier version
-	trust := NewTrust(h.ID())                 // the old peer a writer, w not
-	for _, n := range []*testNet{w, old} {
-		n.r.cfg.Direct = DirectKey
-		n.r.state.SetDirect(DirectKey)
-		n.r.trust.Store(&trust)
-	}
-	if _, err := w.mn.LinkPeers(w.h.ID(), h.ID()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.mn.ConnectPeers(w.h.ID(), h.ID()); err != nil {
-		t.Fatal(err)
-	}
+	w, old := directPair(t, false, func(h host.Host) {
+		h.RemoveStreamHandler(SyncSharedProtocol) // as an agent of an earlier version
+	})
+	h := old.h
 	ack := "jobs/j/acks/" + h.ID().String()
 	if _, err := old.r.PutQuiet(context.Background(), ack, []byte(`{"state":"done"}`)); err != nil {
 		t.Fatal(err)
@@ -240,4 +208,37 @@ func TestSharedPullFromAnEarlierVersion(t *testing.T) {
 	if _, ok := w.r.Get(ack); !ok {
 		t.Fatal("the pull in the full protocol did not compare the direct entries")
 	}
+}
+
+// directPair starts two replicas on one mock network with direct keys,
+// the first the trusted writer if firstWrites, else the second; change,
+// if set, is done to the second's host before they connect.
+func directPair(t *testing.T, firstWrites bool, change func(host.Host)) (first, second *testNet) {
+	t.Helper()
+	first = newTestNet(t)
+	second = &testNet{mn: first.mn}
+	h, err := first.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.start(t, h)
+	if change != nil {
+		change(h)
+	}
+	trust := NewTrust(h.ID())
+	if firstWrites {
+		trust = NewTrust(first.h.ID())
+	}
+	for _, n := range []*testNet{first, second} {
+		n.r.cfg.Direct = DirectKey
+		n.r.state.SetDirect(DirectKey)
+		n.r.trust.Store(&trust)
+	}
+	if _, err := first.mn.LinkPeers(first.h.ID(), h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.mn.ConnectPeers(first.h.ID(), h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	return first, second
 }

@@ -79,12 +79,12 @@ func (f *ackFetches) ask(key string, now time.Time) bool {
 	return true
 }
 
-// keep drops the keys no longer followed: jobs not in jobs, acks not in
-// acks.
-func (f *ackFetches) keep(jobs, acks map[string]bool) {
+// drop stops following the jobs in ended (a job written meanwhile stays),
+// and forgets when to ask for the acks not in acks.
+func (f *ackFetches) drop(ended, acks map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	maps.DeleteFunc(f.unfinished, func(k string, _ bool) bool { return !jobs[k] })
+	maps.DeleteFunc(f.unfinished, func(k string, _ bool) bool { return ended[k] })
 	maps.DeleteFunc(f.due, func(k string, _ ackDue) bool { return !acks[k] })
 }
 
@@ -124,22 +124,24 @@ func (n *Node) followWritten() {
 func (n *Node) fetchMissingAcks() {
 	now := n.now()
 	self := n.host.ID()
-	followed, asked := map[string]bool{}, map[string]bool{}
+	ended, asked := map[string]bool{}, map[string]bool{}
 	byTarget := map[peer.ID][]string{}
 	for _, key := range n.jobs.fetches.jobs() {
 		e, ok := n.replica.Get(key)
 		if !ok {
+			ended[key] = true
 			continue
 		}
 		j, author, err := n.job(e)
 		if err != nil || author != self {
+			ended[key] = true
 			continue
 		}
 		s := n.summarize(j)
 		if s.State != jobs.Pending {
+			ended[key] = true
 			continue
 		}
-		followed[key] = true
 		for _, t := range s.Targets {
 			if t.ID == "" || t.Ack.State.Final() || t.ID == self.String() {
 				continue
@@ -155,7 +157,7 @@ func (n *Node) fetchMissingAcks() {
 			}
 		}
 	}
-	n.jobs.fetches.keep(followed, asked)
+	n.jobs.fetches.drop(ended, asked)
 	sem := make(chan struct{}, n.cfg.CallParallel)
 	var wg sync.WaitGroup
 	for id, keys := range byTarget {

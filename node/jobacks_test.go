@@ -33,9 +33,9 @@ func TestAckFetchBackoff(t *testing.T) {
 	}
 	f.wrote("jobs/a")
 	f.wrote("jobs/b")
-	f.keep(map[string]bool{"jobs/b": true}, map[string]bool{})
+	f.drop(map[string]bool{"jobs/a": true}, map[string]bool{})
 	if got := f.jobs(); len(got) != 1 || got[0] != "jobs/b" || len(f.due) != 0 {
-		t.Fatalf("after keep: jobs %v, due %v", got, f.due)
+		t.Fatalf("after drop: jobs %v, due %v", got, f.due)
 	}
 }
 
@@ -46,14 +46,7 @@ func TestAckFetchBackoff(t *testing.T) {
 // once the job is collected every node forgets the acks it held.
 func TestAcksKeptByTheirTargetsAndTheWriter(t *testing.T) {
 	ctx := context.Background()
-	a, nodes := trustedFleet(t, "b", "c", "d")
-	b, c, d := nodes["b"], nodes["c"], nodes["d"]
-	jobTribe(t, a, "t", "echo", []*Node{b, c})
-	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	a, b, c, d, j := trustedJobDone(t)
 	ackB, ackC := ackKey(j.ID, b.ID()), ackKey(j.ID, c.ID())
 
 	// Anti-entropy every way: b and c keep their own acks only.
@@ -174,4 +167,19 @@ func TestWriterAsksForAMissedAck(t *testing.T) {
 		t.Fatalf("%d acks fetched, want 1", a.jobs.acksFetched.Load())
 	}
 	t.Logf("fetched %v after it was lost", time.Since(lost).Round(time.Millisecond))
+}
+
+// trustedJobDone is a trusted fleet (trustedFleet) of a, b, c and d, and
+// a job a wrote to tribe t of b and c (echo loaded), done on a.
+func trustedJobDone(t *testing.T) (a, b, c, d *Node, j api.Job) {
+	t.Helper()
+	a, nodes := trustedFleet(t, "b", "c", "d")
+	b, c, d = nodes["b"], nodes["c"], nodes["d"]
+	jobTribe(t, a, "t", "echo", []*Node{b, c})
+	j, err := a.SubmitJob(context.Background(), api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	return a, b, c, d, j
 }

@@ -224,16 +224,7 @@ func TestJobAcksGoToTheWriter(t *testing.T) {
 // job handed on by another node, or an entry that is not a job, is
 // refused and counted.
 func TestJobReachesOnlyItsTargets(t *testing.T) {
-	ctx := context.Background()
-	a, nodes := trustedFleet(t, "b", "c", "d")
-	b, c, d := nodes["b"], nodes["c"], nodes["d"]
-	jobTribe(t, a, "t", "echo", []*Node{b, c})
-
-	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	_, b, _, d, j := trustedJobDone(t)
 	if _, ok := d.replica.Get(jobKey(j.ID)); ok {
 		t.Fatal("d, no target, was sent the job")
 	}

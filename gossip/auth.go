@@ -62,11 +62,29 @@ var Kinds = []Kind{
 }
 
 // DirectKey reports whether key is of a direct kind (see Scope): the
-// rule ReplicaConfig.Direct takes in an agent.
+// rule ReplicaConfig.Direct takes in an agent. The state asks at every
+// entry it applies: a key whose first segment starts no direct kind is
+// answered without classifying it.
 func DirectKey(key string) bool {
+	first, _, _ := strings.Cut(key, "/")
+	if !directFirst[first] {
+		return false
+	}
 	k, _, err := classify(key)
 	return err == nil && k.Direct
 }
+
+// directFirst are the first segments of the direct kinds' patterns.
+var directFirst = func() map[string]bool {
+	m := map[string]bool{}
+	for _, k := range Kinds {
+		if k.Direct {
+			first, _, _ := strings.Cut(k.Pattern, "/")
+			m[first] = true
+		}
+	}
+	return m
+}()
 
 // ValidName reports whether s may name a tribe, policy, plugin or task.
 func ValidName(s string) bool { return names.Valid(s) }

@@ -86,6 +86,3 @@ func (s *State) digestOf(key string) *digest {
 	}
 	return &s.shared
 }
-
-// IsDirect reports whether key is a direct key.
-func (s *State) IsDirect(key string) bool { return s.isDirect != nil && s.isDirect(key) }

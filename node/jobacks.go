@@ -101,18 +101,10 @@ func (f *ackFetches) jobs() []string {
 	return slices.Sorted(maps.Keys(f.unfinished))
 }
 
-// followWritten follows the held jobs this node wrote that are not
-// finished, and no others: at the loop's start and once a minute, a
-// safety net for the watcher (and what prunes the set where no fetch
-// does, without a trust list).
-func (n *Node) followWritten() {
-	keys := map[string]bool{}
-	for _, j := range n.knownJobs() {
-		if n.jobWriter(j) == n.host.ID() && n.summarize(j).State == jobs.Pending {
-			keys[jobKey(j.ID)] = true
-		}
-	}
-	f := &n.jobs.fetches
+// follow replaces the jobs followed with keys: what collectJobs found
+// at the loop's start and once a minute, a safety net for the watcher
+// (and what prunes the set where no fetch does, without a trust list).
+func (f *ackFetches) follow(keys map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.unfinished = keys

@@ -442,7 +442,7 @@ func (n *Node) jobLoop() {
 	var fetch <-chan time.Time
 	var fetching atomic.Bool
 	n.openAll() // after the watcher is in place: no job is missed between
-	n.followWritten()
+	n.collectJobs()
 	n.jobs.pokeLoop()
 	for {
 		if fetch == nil && n.jobs.fetches.following() {
@@ -458,7 +458,6 @@ func (n *Node) jobLoop() {
 		case <-collect.C:
 			n.collectJobs()
 			n.openAll() // a safety net: open is rebuilt from the state
-			n.followWritten()
 			n.jobs.pokeLoop()
 			continue
 		case <-fetch:
@@ -580,17 +579,18 @@ func (n *Node) saveJobOutput(id string, out []byte) error {
 
 // collectJobs deletes, on a trusted writer, the jobs finished longer than
 // the retention ago; and on every node, the acks it holds (and the outputs
-// it kept) of jobs that are gone.
+// it kept) of jobs that are gone. From the same summaries, a writer
+// follows again the jobs it wrote that are not finished (jobacks.go).
 func (n *Node) collectJobs() {
 	now := n.now()
 	self := n.host.ID()
 	mayDelete := n.replica.Trust().Authorize(jobKey("x"), self) == nil
-	live := map[string]bool{}
+	live, unfinished := map[string]bool{}, map[string]bool{}
 	for _, e := range n.replica.Prefix(jobsPrefix) {
 		if !isJobKey(e.Key) {
 			continue
 		}
-		j, _, err := n.job(e)
+		j, author, err := n.job(e)
 		if err != nil {
 			continue
 		}
@@ -599,6 +599,9 @@ func (n *Node) collectJobs() {
 			continue
 		}
 		s := n.summarize(j)
+		if author == self && s.State == jobs.Pending {
+			unfinished[e.Key] = true
+		}
 		if now.After(jobs.CollectAt(j, s, n.cfg.JobRetention)) {
 			if _, err := n.replica.Delete(n.ctx, e.Key); err != nil && n.ctx.Err() == nil {
 				n.log.Warn("collecting a finished job", "job", j.ID, "err", err)
@@ -609,6 +612,7 @@ func (n *Node) collectJobs() {
 	if err := n.replica.Forget(n.goneAcks(live)...); err != nil && n.ctx.Err() == nil {
 		n.log.Warn("collecting the acks of jobs that are gone", "err", err)
 	}
+	n.jobs.fetches.follow(unfinished)
 	n.jobs.mu.Lock()
 	for key := range n.jobs.cache {
 		if !live[strings.TrimPrefix(key, jobsPrefix)] {

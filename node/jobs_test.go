@@ -285,14 +285,7 @@ func TestJobAckPushedWhenTheHandOffDoesNotWait(t *testing.T) {
 	b := startNode(t, bc)
 	jobTribe(t, a, "t", "echo", []*Node{b})
 	// The job written as SubmitJob writes it, but handed by hand.
-	now := a.now().UTC()
-	j := jobs.Job{ID: a.newJobID(), Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), Created: now, Expires: now.Add(time.Hour)}
-	j.SetTargets([]string{b.ID().String()})
-	raw, _ := json.Marshal(j)
-	e, err := a.replica.PutQuiet(context.Background(), jobKey(j.ID), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, e := writeEchoJob(t, a, b)
 	if err := a.handJob(b.ID(), e, func() bool { return false }); err != nil {
 		t.Fatal(err)
 	}
@@ -381,11 +374,7 @@ func openKeys(n *Node) []string {
 // settles again at the next step, without running again.
 func TestOpenJobsAreTheUnsettled(t *testing.T) {
 	ctx := context.Background()
-	a := startNode(t, loopbackConfig(t, "a"))
-	bc := loopbackConfig(t, "b")
-	bc.Join = []string{tcpAddr(a)}
-	b := startNode(t, bc)
-	jobTribe(t, a, "t", "echo", []*Node{b})
+	a, b := writerAndTarget(t, "echo", func(*Config) {})
 	submit := func(parallel bool) string {
 		t.Helper()
 		j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), Parallel: parallel})
@@ -447,18 +436,26 @@ func TestAckHandedAsTheWaitEndsIsKept(t *testing.T) {
 func TestJobLoadsItsPluginIfTheLoopHasNotYet(t *testing.T) {
 	a, b := writerAndTarget(t, "echo", func(*Config) {})
 	b.plugins.closeAll() // as if the plugin loop had not caught up
+	j, e := writeEchoJob(t, a, b, "t")
+	if err := b.replica.Apply(e); err != nil {
+		t.Fatal(err)
+	}
+	if res := b.callJob(j); !res.OK {
+		t.Fatalf("the job on b: %+v", res)
+	}
+}
+
+// writeEchoJob writes on a, as SubmitJob does, an echo job to b (of
+// tribes, if any), and hands it to no one.
+func writeEchoJob(t *testing.T, a, b *Node, tribes ...string) (*jobs.Job, *gossip.Signed) {
+	t.Helper()
 	now := a.now().UTC()
-	j := jobs.Job{ID: a.newJobID(), Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), Created: now, Expires: now.Add(time.Hour)}
+	j := &jobs.Job{ID: a.newJobID(), Tribes: tribes, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), Created: now, Expires: now.Add(time.Hour)}
 	j.SetTargets([]string{b.ID().String()})
 	raw, _ := json.Marshal(j)
 	e, err := a.replica.PutQuiet(context.Background(), jobKey(j.ID), raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.replica.Apply(e); err != nil {
-		t.Fatal(err)
-	}
-	if res := b.callJob(&j); !res.OK {
-		t.Fatalf("the job on b: %+v", res)
-	}
+	return j, e
 }

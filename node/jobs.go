@@ -75,6 +75,8 @@ type jobSet struct {
 	// takes out what it settled (settle).
 	open map[string]bool
 
+	recall ownAckRecall // own acks asked of writers after a start (jobrecall.go)
+
 	unreadable    atomic.Int64 // job or ack entries this version cannot read
 	acksPublished atomic.Int64 // acks published because the writer was out of reach
 	acksFetched   atomic.Int64 // acks this writer asked targets for and got (jobacks.go)
@@ -471,6 +473,14 @@ func (n *Node) jobLoop() {
 			continue
 		}
 		h := &jobHost{n: n}
+		if js := n.unrecalled(h.Jobs()); len(js) > 0 {
+			// Nothing is decided until a writer was asked (or could
+			// not be in time): a job held back would let a later job
+			// of its tribe run before it.
+			n.recallOwnAcks(js)
+			n.storeHanded()
+			continue
+		}
 		runs, at, err := n.jobs.runner.Step(h)
 		if err != nil && n.ctx.Err() == nil {
 			n.log.Warn("jobs", "err", err)

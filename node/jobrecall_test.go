@@ -1,0 +1,132 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/jobs"
+)
+
+// A target whose state was lost while it kept its identity gets back from
+// the writer the ack it wrote of a job before it decides on the job again:
+// it does not run the job a second time, and the writer's status is
+// unchanged. Lost: its state.db deleted (the job comes back by
+// anti-entropy, without the ack); rolled back: the state kept the job but
+// not the ack (a snapshot taken between the two), so the job loop meets
+// the job at once, before any peer is connected.
+func TestLostStateDoesNotRunAJobAgain(t *testing.T) {
+	for _, lose := range []struct {
+		name string
+		do   func(t *testing.T, c Config, ack string)
+	}{
+		{"lost", func(t *testing.T, c Config, _ string) {
+			if err := os.Remove(filepath.Join(c.DataDir, gossip.StoreFile)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"rolled back", func(t *testing.T, c Config, ack string) {
+			st, err := gossip.OpenStore(filepath.Join(c.DataDir, gossip.StoreFile), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if err := st.Delete(ack); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(lose.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, nodes := trustedFleet(t, "b")
+			b := nodes["b"]
+			jobTribe(t, a, "t", "echo", []*Node{b})
+			j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+			ran, ok := a.replica.Get(ackKey(j.ID, b.ID()))
+			if !ok {
+				t.Fatal("the writer holds no ack of b")
+			}
+
+			bc := b.cfg
+			b.Close()
+			lose.do(t, bc, ackKey(j.ID, b.ID()))
+			b2 := startNode(t, bc)
+			if b2.ID() != b.ID() {
+				t.Fatal("b restarted with another identity")
+			}
+			waitFor(t, "b to hold the job again", func() bool { _, ok := b2.replica.Get(jobKey(j.ID)); return ok })
+			waitFor(t, "b to hold an ack of it again", func() bool { _, ok := b2.ownAck(j.ID); return ok })
+			// Its loop steps at every change of its ack.
+			waitFor(t, "b's job loop to settle the job", func() bool {
+				b2.jobs.mu.Lock()
+				defer b2.jobs.mu.Unlock()
+				return !b2.jobs.open[jobKey(j.ID)]
+			})
+			if got, _ := b2.replica.Get(b2.ownAckKey(j.ID)); got.Hash != ran.Hash {
+				a, _ := b2.ownAck(j.ID)
+				t.Fatalf("b holds another ack than the one it wrote before (ran again?): %+v", a)
+			}
+			if got, _ := a.replica.Get(ackKey(j.ID, b.ID())); got.Hash != ran.Hash {
+				t.Fatal("the writer's ack of b changed")
+			}
+			if n := b2.jobs.recall.gaveUp.Load(); n != 0 {
+				t.Fatalf("%d jobs decided on without asking the writer", n)
+			}
+		})
+	}
+}
+
+// Which jobs a node asks a writer about: those written before it started
+// (or within the clock skew after), that it may have acknowledged (a
+// target, or a job that takes new members), that it holds no ack of and
+// has not asked about yet.
+func TestUnrecalled(t *testing.T) {
+	a, nodes := trustedFleet(t, "b")
+	b := nodes["b"]
+	old := b.started.Add(-time.Hour)
+	mk := func(id string, created time.Time, target bool, includeNew bool) *jobs.Job {
+		j := &jobs.Job{ID: id, Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Created: created, Expires: created.Add(48 * time.Hour), IncludeNew: includeNew}
+		if target {
+			j.SetTargets([]string{b.ID().String()})
+		} else {
+			j.SetTargets([]string{a.ID().String()})
+		}
+		return j
+	}
+	live := []*jobs.Job{
+		mk("old-target", old, true, false),
+		mk("old-include-new", old, false, true),
+		mk("old-not-target", old, false, false),
+		mk("skewed", b.started.Add(gossip.MaxClockSkew/2), true, false),
+		mk("new", b.started.Add(2*gossip.MaxClockSkew), true, false),
+		mk("asked", old, true, false),
+		mk("acked", old, true, false),
+	}
+	b.jobs.recall.check("asked")
+	raw, _ := json.Marshal(jobs.Ack{State: jobs.Done, Attempts: 1})
+	if _, err := b.replica.PutQuiet(context.Background(), b.ownAckKey("acked"), raw); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range b.unrecalled(live) {
+		got = append(got, j.ID)
+	}
+	want := []string{"old-target", "old-include-new", "skewed"}
+	if len(got) != len(want) {
+		t.Fatalf("unrecalled %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("unrecalled %v, want %v", got, want)
+		}
+	}
+}

@@ -148,6 +148,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["task_watch_refused"] = n.tasks.watchRefused.Load()
 	out["job_unreadable"] = n.jobs.unreadable.Load()
 	out["job_output_refused"] = n.jobs.outputRefused.Load()
+	out["job_list_refused"] = n.jobs.listRefused.Load()
 	out["job_handoff_refused"] = n.jobs.handRefused.Load()
 	out["job_handoff_busy"] = n.jobs.handBusy.Load()
 	out["job_handoff_unstored"] = n.jobs.handUnstored.Load()

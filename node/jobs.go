@@ -86,6 +86,8 @@ type jobSet struct {
 	handUnstored  atomic.Int64 // job streams answered refused: the job loop did not store the job in time
 	handing       *gossip.Slots
 	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
+	listing       *gossip.Slots
+	listRefused   atomic.Int64 // job list requests refused (not admitted, malformed, busy)
 }
 
 type cachedJob struct {

@@ -169,21 +169,18 @@ func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 // first, with counts instead of rows.
 func (n *Node) Jobs(ctx context.Context, tribe string) ([]api.Job, error) {
 	// Jobs reach their targets, not every node: the trusted writers know
-	// them all, and their targets' acks (a Full pull brings those too).
-	n.syncJobWritersIn(ctx, gossip.Full, n.replica.Trust().Peers()...)
-	out := []api.Job{}
-	for _, j := range n.knownJobs() {
-		if tribe == "" || slices.Contains(j.Tribes, tribe) {
-			out = append(out, n.jobView(j, false))
+	// them all, and hold their targets' acks. A node that does not asks
+	// one for its list (joblist.go); with a writer of an earlier version
+	// it pulls everything from them, acks included.
+	if !n.holdsAllAcks() {
+		list, err := n.askJobList(ctx, tribe)
+		if err == nil {
+			return list, nil
 		}
+		n.log.Debug("asking the trusted writers for the job list; pulling from them instead", "err", err)
 	}
-	slices.SortFunc(out, func(a, b api.Job) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return out, nil
+	n.syncJobWritersIn(ctx, gossip.Full, n.replica.Trust().Peers()...)
+	return n.localJobs(tribe), nil
 }
 
 // CancelJob implements api.Agent: the job is written again, cancelled;

@@ -214,6 +214,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1), metNew: make(chan struct{}, 1)}
 	n.jobs.poke = make(chan struct{}, 1)
 	n.jobs.handing = gossip.NewSlots(maxHanding, maxHandingPerPeer)
+	n.jobs.listing = gossip.NewSlots(maxListServing, 1)
 	n.sharing.serving = gossip.NewSlots(maxFetchServing, 1)
 	n.jobs.runner.MaxQueue = cfg.JobQueue
 	if n.collectFacts == nil {
@@ -441,8 +442,9 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// serve registers the protocols peers call this node on (calls, jobs and
-// their outputs, shared plugins, task watches) before the host listens.
+// serve registers the protocols peers call this node on (calls, jobs,
+// their outputs and lists, shared plugins, task watches) before the host
+// listens.
 // Each loop registered its own as it started, and a peer that dialled a
 // starting node at once (a writer handing it a job as it came back) was
 // told the protocol is not supported. A stream that comes before its
@@ -450,6 +452,7 @@ func (n *Node) Start(ctx context.Context) error {
 func (n *Node) serve() {
 	n.host.SetStreamHandler(JobProtocol, n.serveJob)
 	n.host.SetStreamHandler(JobOutputProtocol, n.serveJobOutput)
+	n.host.SetStreamHandler(JobListProtocol, n.serveJobList)
 	n.host.SetStreamHandler(PluginFetchProtocol, n.serveSharedPlugin)
 	n.host.SetStreamHandler(TaskWatchProtocol, n.serveTaskWatch)
 	n.calls.Start()
@@ -458,7 +461,7 @@ func (n *Node) serve() {
 // unserve stops serving what serve registered but calls (closed with
 // the call server), as the node stops.
 func (n *Node) unserve() {
-	for _, p := range []protocol.ID{JobProtocol, JobOutputProtocol, PluginFetchProtocol, TaskWatchProtocol} {
+	for _, p := range []protocol.ID{JobProtocol, JobOutputProtocol, JobListProtocol, PluginFetchProtocol, TaskWatchProtocol} {
 		n.host.RemoveStreamHandler(p)
 	}
 }

@@ -1,0 +1,206 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// JobListProtocol answers `tribe job list` asked on a node that does not
+// hold the targets' acks (with a trust list, only trusted writers do:
+// acks travel to them alone). Pulling everything from the writers
+// instead, as such a node did, left it holding every ack of every job
+// until the jobs were collected: at 5,000 targets and 1,000 jobs, 5
+// million entries fetched, checked and kept for one command. The request
+// is one line {"tribe": "<name, or empty for all>"}; the answer one line
+// {"jobs": [...]} (as `job list --json` prints them) or {"error": "..."}.
+// A trusted writer answers admitted nodes, a few at a time.
+const JobListProtocol = "/tribe/job-list/1.0.0"
+
+const (
+	// jobListRequestMax bounds a request line.
+	jobListRequestMax = 256
+	// jobListAnswerMax bounds an answer: past it the writer says so,
+	// and the asker pulls from the writers as it did.
+	jobListAnswerMax = 32 << 20
+	// maxListServing bounds the lists a writer makes at once (each reads
+	// every job and its acks), one per peer.
+	maxListServing = 4
+	// jobListTimeout bounds asking one writer.
+	jobListTimeout = 10 * time.Second
+)
+
+// decodeJobListRequest reads a request line, refusing anything else.
+func decodeJobListRequest(line []byte) (string, error) {
+	var req struct {
+		Tribe *string `json:"tribe"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return "", fmt.Errorf("not a job list request: %w", err)
+	}
+	if req.Tribe == nil {
+		return "", errors.New("not a job list request: no tribe (empty for all)")
+	}
+	if *req.Tribe != "" && !gossip.ValidName(*req.Tribe) {
+		return "", fmt.Errorf("tribe %q is not a tribe name", *req.Tribe)
+	}
+	return *req.Tribe, nil
+}
+
+type jobListAnswer struct {
+	Jobs  []api.Job `json:"jobs,omitempty"`
+	Error string    `json:"error,omitempty"`
+}
+
+// decodeJobListAnswer reads a writer's answer: its jobs, each with a
+// job's id and a known state, or its error. Fields this version does not
+// know are let through (a later writer may add some).
+func decodeJobListAnswer(b []byte) ([]api.Job, error) {
+	var a jobListAnswer
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&a); err != nil {
+		return nil, fmt.Errorf("not a job list: %w", err)
+	}
+	if a.Error != "" {
+		return nil, errors.New(a.Error)
+	}
+	for _, j := range a.Jobs {
+		if !gossip.ValidName(j.ID) {
+			return nil, fmt.Errorf("not a job list: job id %q", j.ID)
+		}
+		if !slices.Contains(jobStates, j.State) {
+			return nil, fmt.Errorf("not a job list: job %s in state %q", j.ID, j.State)
+		}
+	}
+	if a.Jobs == nil {
+		a.Jobs = []api.Job{}
+	}
+	return a.Jobs, nil
+}
+
+// jobStates are the states a job as a whole can be in.
+var jobStates = []string{"pending", "done", "failed"}
+
+// holdsAllAcks reports whether this node holds the acks of every job it
+// knows: a trusted writer, or any node without a trust list.
+func (n *Node) holdsAllAcks() bool {
+	t := n.replica.Trust()
+	return t.Open() || t.Trusted(n.host.ID())
+}
+
+// serveJobList is a writer's side.
+func (n *Node) serveJobList(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	if n.replica.Penalised(from) || !n.jobs.listing.Acquire(from) {
+		n.jobs.listRefused.Add(1)
+		s.Reset()
+		return
+	}
+	defer n.jobs.listing.Release(from)
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(handshakeTimeout))
+	line, err := bufio.NewReaderSize(s, jobListRequestMax).ReadSlice('\n')
+	var tribe string
+	if err == nil {
+		tribe, err = decodeJobListRequest(line)
+	}
+	answer := func(a jobListAnswer) error {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		if len(b) > jobListAnswerMax {
+			b, _ = json.Marshal(jobListAnswer{Error: fmt.Sprintf("the list is over %d MiB", jobListAnswerMax>>20)})
+		}
+		s.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
+		_, err = s.Write(append(b, '\n'))
+		return err
+	}
+	switch {
+	case err != nil:
+		n.jobs.listRefused.Add(1)
+		answer(jobListAnswer{Error: "bad job list request: " + err.Error()})
+	case !n.rules().Counts(from):
+		n.jobs.listRefused.Add(1)
+		answer(jobListAnswer{Error: fmt.Sprintf("%s is not admitted: only admitted nodes list jobs", from)})
+	case !n.holdsAllAcks():
+		answer(jobListAnswer{Error: "this node is not a trusted writer: it does not hold the acks"})
+	default:
+		answer(jobListAnswer{Jobs: n.localJobs(tribe)})
+	}
+}
+
+// localJobs are the jobs of tribe (all if empty) as this node holds them,
+// oldest first.
+func (n *Node) localJobs(tribe string) []api.Job {
+	out := []api.Job{}
+	for _, j := range n.knownJobs() {
+		if tribe == "" || slices.Contains(j.Tribes, tribe) {
+			out = append(out, n.jobView(j, false))
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Job) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// askJobList asks the trusted writers this node is connected to, one
+// after another, for their list, and returns the first answer.
+func (n *Node) askJobList(ctx context.Context, tribe string) ([]api.Job, error) {
+	errs := []error{errors.New("no trusted writer is connected")}
+	for _, w := range n.replica.Trust().Peers() {
+		if w == n.host.ID() || n.host.Network().Connectedness(w) != network.Connected {
+			continue
+		}
+		list, err := n.fetchJobList(ctx, w, tribe)
+		if err == nil {
+			return list, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", w, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (n *Node) fetchJobList(ctx context.Context, w peer.ID, tribe string) ([]api.Job, error) {
+	ctx, cancel := context.WithTimeout(ctx, jobListTimeout)
+	defer cancel()
+	s, err := n.host.NewStream(ctx, w, JobListProtocol)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	defer s.Close()
+	if err := json.NewEncoder(s).Encode(struct {
+		Tribe string `json:"tribe"`
+	}{tribe}); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(s, jobListAnswerMax+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > jobListAnswerMax {
+		return nil, fmt.Errorf("an answer over %d MiB", jobListAnswerMax>>20)
+	}
+	return decodeJobListAnswer(b)
+}

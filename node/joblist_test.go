@@ -1,0 +1,119 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/tribeagent/tribe/gossip"
+)
+
+// FuzzDecodeJobListRequest: a list request is any admitted peer's bytes.
+func FuzzDecodeJobListRequest(f *testing.F) {
+	f.Add([]byte(`{"tribe":""}` + "\n"))
+	f.Add([]byte(`{"tribe":"web"}`))
+	f.Add([]byte(`{"tribe":"../x"}`))
+	f.Add([]byte(`{"tribe":"web","x":1}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tribe, err := decodeJobListRequest(b)
+		if err == nil && tribe != "" && !gossip.ValidName(tribe) {
+			t.Fatalf("accepted %q as tribe %q", b, tribe)
+		}
+	})
+}
+
+// FuzzDecodeJobListAnswer: an answer is a writer's bytes, read by a node
+// that trusts the writer's word on the acks but not its encoding.
+func FuzzDecodeJobListAnswer(f *testing.F) {
+	f.Add([]byte(`{"jobs":[{"id":"19ab3c5e2f1-a1b2c3d4","state":"done","plugin":"echo","method":"echo","counts":{"done":2}}]}`))
+	f.Add([]byte(`{"error":"no"}`))
+	f.Add([]byte(`{"jobs":[{"id":"../x","state":"done"}]}`))
+	f.Add([]byte(`{"jobs":[{"id":"a","state":"maybe"}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		list, err := decodeJobListAnswer(b)
+		if err != nil {
+			return
+		}
+		if list == nil {
+			t.Fatal("a nil list without an error")
+		}
+		for _, j := range list {
+			if !gossip.ValidName(j.ID) || !strings.Contains(" pending done failed ", " "+j.State+" ") {
+				t.Fatalf("accepted %q: job %q in state %q", b, j.ID, j.State)
+			}
+		}
+	})
+}
+
+// A node that is not a trusted writer lists jobs as the writer holds
+// them, asking it, and is left holding no ack of other nodes; with a
+// writer of an earlier version (no list protocol) it pulls from the
+// writer as it did, and lists the same.
+func TestJobListAskedOfAWriter(t *testing.T) {
+	ctx := context.Background()
+	a, b, c, d, j := trustedJobDone(t)
+	acksOn := func(n *Node) int {
+		k := 0
+		for _, e := range n.replica.Prefix(jobsPrefix) {
+			if strings.Contains(e.Key, "/acks/") {
+				k++
+			}
+		}
+		return k
+	}
+	want := func(n *Node) {
+		t.Helper()
+		list, err := n.Jobs(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].ID != j.ID || list[0].State != "done" || list[0].Counts["done"] != 2 {
+			t.Fatalf("%s lists %+v", n.cfg.Name, list)
+		}
+		if list, err := n.Jobs(ctx, "other"); err != nil || len(list) != 0 {
+			t.Fatalf("%s lists of another tribe %+v %v", n.cfg.Name, list, err)
+		}
+	}
+	want(d)
+	if k := acksOn(d); k != 0 {
+		t.Fatalf("d holds %d acks after listing", k)
+	}
+	want(b)
+	if k := acksOn(b); k != 1 {
+		t.Fatalf("b holds %d acks after listing, want its own", k)
+	}
+
+	a.host.RemoveStreamHandler(JobListProtocol) // as an earlier version
+	want(c)
+	if k := acksOn(c); k != 2 {
+		t.Fatalf("c holds %d acks after a pull from the writer, want both", k)
+	}
+}
+
+// A list is served to admitted nodes only; a malformed request is refused
+// with the reason; both are counted.
+func TestJobListRefusesOutsiders(t *testing.T) {
+	admin, stranger := adminAndStranger(t)
+	for i, req := range []string{`{"tribe":""}`, `{"tribe":"../x"}`} {
+		s, err := stranger.host.NewStream(context.Background(), admin.ID(), JobListProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write([]byte(req + "\n"))
+		var answer struct{ Error string }
+		json.NewDecoder(s).Decode(&answer)
+		s.Close()
+		if want := []string{"not admitted", "not a tribe name"}[i]; !strings.Contains(answer.Error, want) {
+			t.Errorf("%s: %q, want it to say %q", req, answer.Error, want)
+		}
+	}
+	if got := admin.jobs.listRefused.Load(); got != 2 {
+		t.Errorf("%d refused list requests counted, want 2", got)
+	}
+	if _, err := stranger.askJobList(context.Background(), ""); err == nil || !strings.Contains(err.Error(), "not admitted") {
+		t.Errorf("the stranger asking: %v", err)
+	}
+}

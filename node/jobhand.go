@@ -177,9 +177,10 @@ func (n *Node) serveJob(s network.Stream) {
 		// Waiting before the job is stored: an ack written with it (as
 		// expired) comes here, not by push as well.
 		id = strings.TrimPrefix(e.Key, jobsPrefix)
-		if e.Author == from {
-			// Handed by its writer: a new job, which no earlier run
-			// of this node can have acknowledged (jobrecall.go).
+		if j, _, err := n.job(e); err == nil && n.mayHaveAcked(j) {
+			// Handed by its writer (Check took it from its author
+			// only): a new job, which no earlier run of this node
+			// can have acknowledged (jobrecall.go).
 			n.jobs.recall.check(id)
 		}
 		ch = n.jobs.await(id)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	msmux "github.com/multiformats/go-multistream"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
@@ -103,22 +105,13 @@ func (n *Node) holdsAllAcks() bool {
 	return t.Open() || t.Trusted(n.host.ID())
 }
 
-// serveJobList is a writer's side.
+// serveJobList is a writer's side. Whom it refuses, it refuses before it
+// takes a slot: nodes that are not admitted cost nothing to make, and
+// must not hold the slots of those that are.
 func (n *Node) serveJobList(s network.Stream) {
 	from := s.Conn().RemotePeer()
-	if n.replica.Penalised(from) || !n.jobs.listing.Acquire(from) {
-		n.jobs.listRefused.Add(1)
-		s.Reset()
-		return
-	}
-	defer n.jobs.listing.Release(from)
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(handshakeTimeout))
-	line, err := bufio.NewReaderSize(s, jobListRequestMax).ReadSlice('\n')
-	var tribe string
-	if err == nil {
-		tribe, err = decodeJobListRequest(line)
-	}
 	answer := func(a jobListAnswer) error {
 		b, err := json.Marshal(a)
 		if err != nil {
@@ -131,13 +124,26 @@ func (n *Node) serveJobList(s network.Stream) {
 		_, err = s.Write(append(b, '\n'))
 		return err
 	}
+	if !n.rules().Counts(from) {
+		n.jobs.listRefused.Add(1)
+		answer(jobListAnswer{Error: fmt.Sprintf("%s is not admitted: only admitted nodes list jobs", from)})
+		return
+	}
+	if n.replica.Penalised(from) || !n.jobs.listing.Acquire(from) {
+		n.jobs.listRefused.Add(1)
+		answer(jobListAnswer{Error: "busy: listing for other nodes (or for this one already); try again"})
+		return
+	}
+	defer n.jobs.listing.Release(from)
+	line, err := bufio.NewReaderSize(s, jobListRequestMax).ReadSlice('\n')
+	var tribe string
+	if err == nil {
+		tribe, err = decodeJobListRequest(line)
+	}
 	switch {
 	case err != nil:
 		n.jobs.listRefused.Add(1)
 		answer(jobListAnswer{Error: "bad job list request: " + err.Error()})
-	case !n.rules().Counts(from):
-		n.jobs.listRefused.Add(1)
-		answer(jobListAnswer{Error: fmt.Sprintf("%s is not admitted: only admitted nodes list jobs", from)})
 	case !n.holdsAllAcks():
 		answer(jobListAnswer{Error: "this node is not a trusted writer: it does not hold the acks"})
 	default:
@@ -163,10 +169,19 @@ func (n *Node) localJobs(tribe string) []api.Job {
 	return out
 }
 
+// Why askJobList found no list: no trusted writer is connected, or each
+// that is connected speaks an earlier version (no list protocol).
+var (
+	errNoWriter        = errors.New("no trusted writer is connected")
+	errListUnsupported = errors.New("the connected trusted writers do not serve job lists (an earlier version)")
+)
+
 // askJobList asks the trusted writers this node is connected to, one
-// after another, for their list, and returns the first answer.
+// after another, for their list, and returns the first answer. If none
+// answers, the error says why of each.
 func (n *Node) askJobList(ctx context.Context, tribe string) ([]api.Job, error) {
-	errs := []error{errors.New("no trusted writer is connected")}
+	var errs []error
+	unsupported := 0
 	for _, w := range n.replica.Trust().Peers() {
 		if w == n.host.ID() || n.host.Network().Connectedness(w) != network.Connected {
 			continue
@@ -175,7 +190,16 @@ func (n *Node) askJobList(ctx context.Context, tribe string) ([]api.Job, error) 
 		if err == nil {
 			return list, nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", w, err))
+		if errors.As(err, &msmux.ErrNotSupported[protocol.ID]{}) {
+			unsupported++
+		}
+		errs = append(errs, fmt.Errorf("asking %s for the job list: %w", w, err))
+	}
+	switch {
+	case len(errs) == 0:
+		return nil, errNoWriter
+	case unsupported == len(errs):
+		return nil, errListUnsupported
 	}
 	return nil, errors.Join(errs...)
 }

@@ -94,26 +94,37 @@ func TestJobListAskedOfAWriter(t *testing.T) {
 }
 
 // A list is served to admitted nodes only; a malformed request is refused
-// with the reason; both are counted.
+// with the reason; both are counted. Asked by a node that is not
+// admitted, `job list` says why, and pulls nothing.
 func TestJobListRefusesOutsiders(t *testing.T) {
-	admin, stranger := adminAndStranger(t)
-	for i, req := range []string{`{"tribe":""}`, `{"tribe":"../x"}`} {
-		s, err := stranger.host.NewStream(context.Background(), admin.ID(), JobListProtocol)
+	a, nodes := trustedFleet(t, "b")
+	sc := loopbackConfig(t, "stranger")
+	sc.Trusted, sc.Join = a.cfg.Trusted, []string{tcpAddr(a)}
+	stranger := startNode(t, sc)
+	waitFor(t, "the stranger to connect", func() bool { return len(stranger.ConnectedPeers()) > 0 })
+	for _, c := range []struct {
+		from      *Node
+		req, want string
+	}{
+		{stranger, `{"tribe":""}`, "not admitted"},
+		{nodes["b"], `{"tribe":"../x"}`, "not a tribe name"},
+	} {
+		s, err := c.from.host.NewStream(context.Background(), a.ID(), JobListProtocol)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Write([]byte(req + "\n"))
+		s.Write([]byte(c.req + "\n"))
 		var answer struct{ Error string }
 		json.NewDecoder(s).Decode(&answer)
 		s.Close()
-		if want := []string{"not admitted", "not a tribe name"}[i]; !strings.Contains(answer.Error, want) {
-			t.Errorf("%s: %q, want it to say %q", req, answer.Error, want)
+		if !strings.Contains(answer.Error, c.want) {
+			t.Errorf("%s from %s: %q, want it to say %q", c.req, c.from.cfg.Name, answer.Error, c.want)
 		}
 	}
-	if got := admin.jobs.listRefused.Load(); got != 2 {
+	if got := a.jobs.listRefused.Load(); got != 2 {
 		t.Errorf("%d refused list requests counted, want 2", got)
 	}
-	if _, err := stranger.askJobList(context.Background(), ""); err == nil || !strings.Contains(err.Error(), "not admitted") {
-		t.Errorf("the stranger asking: %v", err)
+	if _, err := stranger.Jobs(context.Background(), ""); err == nil || !strings.Contains(err.Error(), "not admitted") {
+		t.Errorf("the stranger listing: %v", err)
 	}
 }

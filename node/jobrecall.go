@@ -20,8 +20,10 @@ import (
 // jobs again, or call them expired over a done; anti-entropy does not
 // bring the acks back, as they are direct entries that travel only to
 // trusted writers. So before it decides on a job it may have acknowledged
-// before this process started, and holds no ack of, a node asks the job's
-// writer (or another trusted writer) for its own ack, by key. A job
+// before this process started, and holds no final ack of (a snapshot taken
+// mid-run keeps a running one, which would be found interrupted, or run
+// again), a node asks the job's writer (or another trusted writer) for its
+// own ack, by key: the writer's, if later, replaces the one held. A job
 // written since the start needs no asking (every ack this process wrote is
 // in its state), and neither does a job its writer handed to this node at
 // submission (nobody has acknowledged it yet).
@@ -49,16 +51,33 @@ func (r *ownAckRecall) check(id string) {
 	r.checked[id] = true
 }
 
-// unrecalled are the jobs of live that this node may have acknowledged
-// before it started, holds no ack of, and has not asked a writer about.
-// Jobs written up to gossip.MaxClockSkew after the start count: the
-// writer's clock may run ahead of this node's.
+// prune forgets the jobs not in live (collectJobs).
+func (r *ownAckRecall) prune(live map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.checked {
+		if !live[id] {
+			delete(r.checked, id)
+		}
+	}
+}
+
+// mayHaveAcked reports whether an earlier run of this node may have
+// acknowledged j: written before it started (or up to gossip.MaxClockSkew
+// after: the writer's clock may run ahead of this node's), to this node
+// or to members that join.
+func (n *Node) mayHaveAcked(j *jobs.Job) bool {
+	return j.Created.Before(n.started.Add(gossip.MaxClockSkew)) && (j.Targeted(n.jobs.self) || j.IncludeNew)
+}
+
+// unrecalled are the jobs of live that an earlier run of this node may
+// have acknowledged, that it holds no final ack of, and that it has not
+// asked a writer about.
 func (n *Node) unrecalled(live []*jobs.Job) []*jobs.Job {
-	since := n.started.Add(gossip.MaxClockSkew)
 	r := &n.jobs.recall
 	var out []*jobs.Job
 	for _, j := range live {
-		if !j.Created.Before(since) || !j.Targeted(n.jobs.self) && !j.IncludeNew {
+		if !n.mayHaveAcked(j) {
 			continue
 		}
 		r.mu.Lock()
@@ -67,7 +86,7 @@ func (n *Node) unrecalled(live []*jobs.Job) []*jobs.Job {
 		if checked {
 			continue
 		}
-		if _, ok := n.ownAck(j.ID); ok {
+		if a, ok := n.ownAck(j.ID); ok && a.State.Final() {
 			continue
 		}
 		out = append(out, j)
@@ -94,8 +113,9 @@ func (n *Node) recallOwnAcks(js []*jobs.Job) {
 			n.jobs.pokeLoop()
 		}()
 		giveUp := time.Now().Add(ownAckRecallWait)
+		tried := map[peer.ID]bool{}
 		for left := js; ; {
-			if left = n.recallOnce(left); len(left) == 0 {
+			if left = n.recallOnce(left, tried); len(left) == 0 {
 				return
 			}
 			if time.Now().After(giveUp) {
@@ -117,13 +137,14 @@ func (n *Node) recallOwnAcks(js []*jobs.Job) {
 }
 
 // recallOnce asks, for each job of js, a connected writer that may hold
-// this node's ack of it; it returns the jobs that no such writer could be
-// asked about now.
-func (n *Node) recallOnce(js []*jobs.Job) (left []*jobs.Job) {
+// this node's ack of it, one it has not tried yet if there is one (a
+// writer that failed is marked tried); it returns the jobs that no such
+// writer could be asked about now.
+func (n *Node) recallOnce(js []*jobs.Job, tried map[peer.ID]bool) (left []*jobs.Job) {
 	r := &n.jobs.recall
 	asked := map[peer.ID][]*jobs.Job{}
 	for _, j := range js {
-		w, any := n.recallFrom(j)
+		w, any := n.recallFrom(j, tried)
 		switch {
 		case !any: // nobody but this node could hold it
 			r.check(j.ID)
@@ -143,6 +164,7 @@ func (n *Node) recallOnce(js []*jobs.Job) (left []*jobs.Job) {
 		cancel()
 		if err != nil {
 			n.log.Debug("asking a writer for this node's own acks", "writer", w, "err", err)
+			tried[w] = true
 			left = append(left, wjs...)
 			continue
 		}
@@ -155,16 +177,13 @@ func (n *Node) recallOnce(js []*jobs.Job) (left []*jobs.Job) {
 }
 
 // recallFrom picks whom to ask for this node's ack of j: its writer if
-// connected, else a connected trusted writer. any is false if no other
-// node could hold the ack (this node wrote j and is the only trusted
-// writer, or trust is open and this node wrote it).
-func (n *Node) recallFrom(j *jobs.Job) (w peer.ID, any bool) {
+// connected, else a connected trusted writer; one not in tried if any is
+// connected. any is false if no other node could hold the ack (this node
+// wrote j and is the only trusted writer, or trust is open and this node
+// wrote it).
+func (n *Node) recallFrom(j *jobs.Job, tried map[peer.ID]bool) (w peer.ID, any bool) {
 	self := n.host.ID()
-	connected := func(p peer.ID) bool {
-		return p != "" && p != self && n.host.Network().Connectedness(p) == network.Connected
-	}
-	author := n.jobWriter(j)
-	candidates := []peer.ID{author}
+	candidates := []peer.ID{n.jobWriter(j)}
 	if t := n.replica.Trust(); !t.Open() {
 		candidates = append(candidates, t.Peers()...)
 	}
@@ -173,9 +192,15 @@ func (n *Node) recallFrom(j *jobs.Job) (w peer.ID, any bool) {
 			continue
 		}
 		any = true
-		if connected(p) {
+		if n.host.Network().Connectedness(p) != network.Connected {
+			continue
+		}
+		if !tried[p] {
 			return p, true
 		}
+		if w == "" {
+			w = p // tried before: asked again if no other is connected
+		}
 	}
-	return "", any
+	return w, any
 }

@@ -87,8 +87,8 @@ func TestLostStateDoesNotRunAJobAgain(t *testing.T) {
 
 // Which jobs a node asks a writer about: those written before it started
 // (or within the clock skew after), that it may have acknowledged (a
-// target, or a job that takes new members), that it holds no ack of and
-// has not asked about yet.
+// target, or a job that takes new members), that it holds no final ack of
+// (none, or a running one a snapshot kept) and has not asked about yet.
 func TestUnrecalled(t *testing.T) {
 	a, nodes := trustedFleet(t, "b")
 	b := nodes["b"]
@@ -110,17 +110,20 @@ func TestUnrecalled(t *testing.T) {
 		mk("new", b.started.Add(2*gossip.MaxClockSkew), true, false),
 		mk("asked", old, true, false),
 		mk("acked", old, true, false),
+		mk("running", old, true, false),
 	}
 	b.jobs.recall.check("asked")
-	raw, _ := json.Marshal(jobs.Ack{State: jobs.Done, Attempts: 1})
-	if _, err := b.replica.PutQuiet(context.Background(), b.ownAckKey("acked"), raw); err != nil {
-		t.Fatal(err)
+	for id, st := range map[string]jobs.State{"acked": jobs.Done, "running": jobs.Running} {
+		raw, _ := json.Marshal(jobs.Ack{State: st, Attempts: 1})
+		if _, err := b.replica.PutQuiet(context.Background(), b.ownAckKey(id), raw); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var got []string
 	for _, j := range b.unrecalled(live) {
 		got = append(got, j.ID)
 	}
-	want := []string{"old-target", "old-include-new", "skewed"}
+	want := []string{"old-target", "old-include-new", "skewed", "running"}
 	if len(got) != len(want) {
 		t.Fatalf("unrecalled %v, want %v", got, want)
 	}

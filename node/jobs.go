@@ -625,6 +625,7 @@ func (n *Node) collectJobs() {
 		n.log.Warn("collecting the acks of jobs that are gone", "err", err)
 	}
 	n.jobs.fetches.follow(unfinished)
+	n.jobs.recall.prune(live)
 	n.jobs.mu.Lock()
 	for key := range n.jobs.cache {
 		if !live[strings.TrimPrefix(key, jobsPrefix)] {

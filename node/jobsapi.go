@@ -170,14 +170,19 @@ func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 func (n *Node) Jobs(ctx context.Context, tribe string) ([]api.Job, error) {
 	// Jobs reach their targets, not every node: the trusted writers know
 	// them all, and hold their targets' acks. A node that does not asks
-	// one for its list (joblist.go); with a writer of an earlier version
-	// it pulls everything from them, acks included.
+	// one for its list (joblist.go); with writers of an earlier version
+	// it pulls everything from them, acks included, as it did; with no
+	// writer connected it lists what it holds.
 	if !n.holdsAllAcks() {
 		list, err := n.askJobList(ctx, tribe)
-		if err == nil {
+		switch {
+		case err == nil:
 			return list, nil
+		case errors.Is(err, errNoWriter):
+			return n.localJobs(tribe), nil
+		case !errors.Is(err, errListUnsupported):
+			return nil, err
 		}
-		n.log.Debug("asking the trusted writers for the job list; pulling from them instead", "err", err)
 	}
 	n.syncJobWritersIn(ctx, gossip.Full, n.replica.Trust().Peers()...)
 	return n.localJobs(tribe), nil

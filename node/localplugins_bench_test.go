@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external"
@@ -20,10 +22,14 @@ import (
 
 // BenchmarkExternalVsBuiltinCall: the price of the process boundary. Two
 // real nodes on loopback; a calls b, one call at a time on streams kept
-// between calls (as a node calls), with 100 bytes of arguments: the built-in echo against the example plugins hello (Go,
-// the SDK) and pyecho (Python 3), alternated in one run. Target: an
-// external call at most 1.5x the built-in's. Also how long a plugin takes
-// to start (process and handshake), the median of 10.
+// between calls (as a node calls), with 100 bytes of arguments: the
+// built-in echo against the example plugins hello (Go, the SDK) and pyecho
+// (Python 3), alternated in one run. Target: an external call at most
+// 1.5x the built-in's. a and b share this process, so a's call to b's
+// built-in crosses no process boundary at all; the same calls go to c, a
+// real agent process with its own copies of the plugins, as a call
+// between two hosts does (agent_*). Also how long a plugin takes to start
+// (process and handshake), the median of 10.
 func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 	dir := b.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(dir, "hello"), "../plugins/examples/hello")
@@ -60,6 +66,10 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 		waitFor(b, "b to load "+name, func() bool { _, ok := bn.plugins.get("bench", name); return ok })
 	}
 	waitFor(b, "b a member on a", func() bool { return a.isMember("bench", bn.ID()) })
+	cID := startAgentProcess(b, a, dir, names[1:])
+	if _, err := a.Join(ctx, "bench", []string{"c"}); err != nil {
+		b.Fatal(err)
+	}
 	args := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`)
 	// The least a process boundary costs here: a line to cat and back,
 	// alternated with the calls (the VM's wake-ups of an idle process
@@ -91,19 +101,27 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 	}
 	caller := plugins.NewCaller(a.host, 8) // streams kept between calls, as the node's
 	defer caller.Close()
-	call := func(plugin string) time.Duration {
+	callOn := func(to peer.ID, plugin string) time.Duration {
 		start := time.Now()
-		r := caller.Call(ctx, bn.ID(), plugins.Request{ID: "x", Tribe: "bench", Plugin: plugin, Method: "echo", Args: args})
+		r := caller.Call(ctx, to, plugins.Request{ID: "x", Tribe: "bench", Plugin: plugin, Method: "echo", Args: args})
 		if !r.OK || string(r.Result) != string(args) {
-			b.Fatalf("%s: %+v", plugin, r)
+			b.Fatalf("%s on %s: %+v", plugin, to, r)
 		}
 		return time.Since(start)
+	}
+	call := func(plugin string) time.Duration { return callOn(bn.ID(), plugin) }
+	for _, name := range names {
+		waitFor(b, "c to answer a call to "+name, func() bool {
+			r := caller.Call(ctx, cID, plugins.Request{ID: "x", Tribe: "bench", Plugin: name, Method: "echo", Args: args})
+			return r.OK
+		})
 	}
 	const seq = 300
 	lat := map[string]time.Duration{}
 	for _, name := range names { // warm up
 		for range seq {
 			call(name)
+			callOn(cID, name)
 		}
 	}
 	cpu0 := map[string]time.Duration{}
@@ -115,6 +133,7 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 		for range seq {
 			for _, name := range names {
 				lat[name] += call(name)
+				lat["agent_"+name] += callOn(cID, name)
 			}
 			if pipe != nil {
 				lat["pipe"] += pipe()
@@ -134,6 +153,10 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 	for _, name := range names[1:] {
 		b.ReportMetric(per(name), name+"_us")
 		b.ReportMetric(per(name)/per("echo"), name+"/builtin")
+	}
+	b.ReportMetric(per("agent_echo"), "agent_builtin_us")
+	for _, name := range names[1:] {
+		b.ReportMetric(per("agent_"+name)/per("agent_echo"), "agent_"+name+"/builtin")
 	}
 	for _, name := range names[1:] {
 		var starts []time.Duration
@@ -173,4 +196,43 @@ func processCPU(b *testing.B, path string) time.Duration {
 	}
 	b.Fatalf("no process runs %s", path)
 	return 0
+}
+
+// startAgentProcess runs c, a tribe agent process built from this tree,
+// joined to a, with its own copies of the plugins in dir, and returns its
+// peer ID once a knows it.
+func startAgentProcess(b *testing.B, a *Node, dir string, plugs []string) peer.ID {
+	bin := filepath.Join(dir, "tribe-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/tribe").CombinedOutput(); err != nil {
+		b.Fatalf("building tribe: %v\n%s", err, out)
+	}
+	data := b.TempDir()
+	os.MkdirAll(filepath.Join(data, "plugins"), 0o755)
+	for _, name := range plugs {
+		src, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(data, "plugins", name), src, 0o755)
+	}
+	cmd := exec.Command(bin, "agent", "--data-dir", data, "--name", "c", "--no-mdns",
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--join", tcpAddr(a), "--log-level", "warn")
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	client := api.NewClient(filepath.Join(data, api.SocketName))
+	var id peer.ID
+	waitFor(b, "the agent process c to answer", func() bool {
+		st, err := client.Status(context.Background())
+		if err != nil {
+			return false
+		}
+		id, err = peer.Decode(st.ID)
+		return err == nil
+	})
+	waitFor(b, "a to know c", func() bool { _, ok := a.nodeNamed(id); return ok })
+	return id
 }

@@ -52,7 +52,8 @@ func TestNextPullLeavesOutWhatClaimRefuses(t *testing.T) {
 
 // Two pulls at once from peers that hold the same entries: the second
 // leaves to the first what the first asked for and did not get yet, so
-// each entry is fetched and checked once; the first then brings them all.
+// each entry is fetched and checked once; the first then brings them all,
+// and the second returns only then (it brought what its peer holds).
 func TestConcurrentPullsFetchAnEntryOnce(t *testing.T) {
 	n := newTestNet(t)
 	const k = 5
@@ -99,13 +100,28 @@ func TestConcurrentPullsFetchAnEntryOnce(t *testing.T) {
 	if got := <-asked; len(got) != k {
 		t.Fatalf("the first pull asked for %d entries, want %d", len(got), k)
 	}
-	st, err := n.r.SyncWith(context.Background(), fast.ID())
-	if err != nil || st.Fetched != 0 || st.Shared != k {
-		t.Fatalf("second pull: %+v %v, want nothing fetched and %d left to the first", st, err, k)
+	second := make(chan SyncStats, 1)
+	go func() {
+		st, err := n.r.SyncWith(context.Background(), fast.ID())
+		if err != nil {
+			t.Error(err)
+		}
+		second <- st
+	}()
+	for n.r.sharedWaits.Load() == 0 { // the second waits for the first
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case st := <-second:
+		t.Fatalf("the second pull returned before the first brought the entries: %+v", st)
+	default:
 	}
 	close(release)
 	if st := <-first; st.Fetched != k || st.Applied != k {
 		t.Fatalf("first pull: %+v, want %d fetched and applied", st, k)
+	}
+	if st := <-second; st.Fetched != 0 || st.Shared != k {
+		t.Fatalf("second pull: %+v, want nothing fetched and %d left to the first", st, k)
 	}
 	if tot := n.r.SyncTotals(); tot.Fetched != k || tot.Shared != k {
 		t.Fatalf("totals %+v, want %d fetched and %d shared", tot, k, k)

@@ -94,6 +94,9 @@ type Replica struct {
 	counters counters
 	pulls    syncTotals   // what SyncWith did, for metrics
 	relayed  atomic.Int64 // pulled entries passed on (relayFresh)
+	// sharedWaits counts pulls that waited, at their end, for entries
+	// other pulls were fetching (awaitShared).
+	sharedWaits atomic.Int64
 	fetching fetching     // what pulls are fetching now (guarded by mu)
 	pullIDs  atomic.Uint64
 	// meshSince is when the first peer joined the topic (UnixNano; 0

@@ -251,6 +251,8 @@ func (r *Replica) pullFrom(ctx context.Context, p peer.ID, sc Scope, first func(
 		}
 		if done {
 			s.CloseWrite()
+			r.endClaims(pl) // before waiting: a waiting pull holds no claim
+			r.awaitShared(ctx, pl)
 			return st, nil
 		}
 		req = next
@@ -258,12 +260,45 @@ func (r *Replica) pullFrom(ctx context.Context, p peer.ID, sc Scope, first func(
 	return st, fmt.Errorf("gossip: sync with %s: no end after %d rounds", p, maxRounds)
 }
 
-// pulling is one pull's part in the replica's fetching: its id, its scope
-// and the entries it claimed, by key hash.
+// pulling is one pull's part in the replica's fetching: its id, its scope,
+// the entries it claimed, by key hash, and those it left to other pulls.
 type pulling struct {
 	id      uint64
 	scope   Scope
 	claimed map[uint64]ItemSummary
+	shared  []ItemSummary
+}
+
+// awaitShared waits until the pulls that claimed the entries pl left to
+// them have applied them or given up (or ctx ends): a pull that returns
+// has brought this node what its peer holds, as its caller expects (a
+// node asked about a job reads its state right after pulling from the
+// writer).
+func (r *Replica) awaitShared(ctx context.Context, pl *pulling) {
+	for waited := false; len(pl.shared) > 0; {
+		now := r.now()
+		r.mu.Lock()
+		pending := pl.shared[:0]
+		for _, it := range pl.shared {
+			if c, ok := r.fetching.by[it]; ok && c.pull != pl.id && now.Sub(c.at) < fetchStale {
+				pending = append(pending, it)
+			}
+		}
+		pl.shared = pending
+		r.mu.Unlock()
+		if len(pending) == 0 {
+			return
+		}
+		if !waited {
+			waited = true
+			r.sharedWaits.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // releaseClaims ends pl's claims on the entries of the key hashes khs.
@@ -322,6 +357,7 @@ func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest,
 	next, done = r.state.NextPull(req, resp, pl.scope, func(it ItemSummary) bool {
 		if !r.fetching.claim(pl.id, it, now) {
 			st.Shared++
+			pl.shared = append(pl.shared, it)
 			return false
 		}
 		pl.claimed[it.KeyHash] = it

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/jobs"
 )
 
 // JobListProtocol answers `tribe job list` asked on a node that does not
@@ -155,9 +156,10 @@ func (n *Node) serveJobList(s network.Stream) {
 // oldest first.
 func (n *Node) localJobs(tribe string) []api.Job {
 	out := []api.Job{}
-	for _, j := range n.knownJobs() {
-		if tribe == "" || slices.Contains(j.Tribes, tribe) {
-			out = append(out, n.jobView(j, false))
+	for _, e := range n.replica.Children(jobsPrefix) {
+		j, _, err := n.job(e)
+		if err == nil && (tribe == "" || slices.Contains(j.Tribes, tribe)) {
+			out = append(out, n.listView(e, j))
 		}
 	}
 	slices.SortFunc(out, func(a, b api.Job) int {
@@ -227,4 +229,53 @@ func (n *Node) fetchJobList(ctx context.Context, w peer.ID, tribe string) ([]api
 		return nil, fmt.Errorf("an answer over %d MiB", jobListAnswerMax>>20)
 	}
 	return decodeJobListAnswer(b)
+}
+
+// A job's row in a list (its view without targets) is kept until the job
+// or one of its acks changes (the watcher set in initJobs drops it), or
+// until the job expires (targets that have not acked are expired from
+// then): a list read and decoded every ack of every job, 5 million at
+// 5,000 targets and 1,000 jobs, and a trusted writer lists for any
+// admitted node that asks.
+type listView struct {
+	hash  [32]byte  // the job entry's
+	until time.Time // zero: nothing left to pass
+	view  api.Job
+}
+
+// listView is job j's row, from e, kept or made.
+func (n *Node) listView(e *gossip.Signed, j *jobs.Job) api.Job {
+	now := n.now()
+	s := &n.jobs
+	s.mu.Lock()
+	v, ok := s.views[j.ID]
+	gen := s.viewsGen
+	s.mu.Unlock()
+	if ok && v.hash == e.Hash && (v.until.IsZero() || now.Before(v.until)) {
+		return v.view
+	}
+	v = listView{hash: e.Hash, view: n.jobView(j, false)}
+	if now.Before(j.Expires) {
+		v.until = j.Expires
+	}
+	s.viewsMade.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.viewsGen != gen {
+		return v.view // a job or an ack changed meanwhile: maybe this one's
+	}
+	if s.views == nil {
+		s.views = map[string]listView{}
+	}
+	s.views[j.ID] = v
+	return v.view
+}
+
+// dropView forgets the row of the job whose entry or ack changed at key.
+func (s *jobSet) dropView(key string) {
+	id, _, _ := strings.Cut(strings.TrimPrefix(key, jobsPrefix), "/")
+	s.mu.Lock()
+	delete(s.views, id)
+	s.viewsGen++
+	s.mu.Unlock()
 }

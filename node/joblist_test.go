@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
 )
 
 // FuzzDecodeJobListRequest: a list request is any admitted peer's bytes.
@@ -126,5 +127,34 @@ func TestJobListRefusesOutsiders(t *testing.T) {
 	}
 	if _, err := stranger.Jobs(context.Background(), ""); err == nil || !strings.Contains(err.Error(), "not admitted") {
 		t.Errorf("the stranger listing: %v", err)
+	}
+}
+
+// A job's row in a list is made once and kept until the job or one of its
+// acks changes: then the list shows the change.
+func TestJobListRowsKeptUntilAChange(t *testing.T) {
+	a, _, c, _, j := trustedJobDone(t)
+	row := func() api.Job {
+		t.Helper()
+		list := a.localJobs("")
+		if len(list) != 1 || list[0].ID != j.ID {
+			t.Fatalf("list %+v", list)
+		}
+		return list[0]
+	}
+	if r := row(); r.State != "done" || r.Counts["done"] != 2 {
+		t.Fatalf("row %+v, want done on 2", r)
+	}
+	made := a.jobs.viewsMade.Load()
+	row()
+	row()
+	if got := a.jobs.viewsMade.Load() - made; got != 0 {
+		t.Fatalf("the row was made %d times more with nothing changed", got)
+	}
+	if err := a.replica.Forget(ackKey(j.ID, c.ID())); err != nil {
+		t.Fatal(err)
+	}
+	if r := row(); r.State != "pending" || r.Counts["done"] != 1 || r.Counts["pending"] != 1 {
+		t.Fatalf("row after an ack went %+v, want pending on 1, done on 1", r)
 	}
 }

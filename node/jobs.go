@@ -87,7 +87,10 @@ type jobSet struct {
 	handing       *gossip.Slots
 	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
 	listing       *gossip.Slots
-	listRefused   atomic.Int64 // job list requests refused (not admitted, malformed, busy)
+	listRefused   atomic.Int64        // job list requests refused (not admitted, malformed, busy)
+	views         map[string]listView // jobs' rows in a list, by job id (joblist.go)
+	viewsGen      uint64              // changes of jobs and acks seen by dropView
+	viewsMade     atomic.Int64        // rows made, not kept
 }
 
 type cachedJob struct {
@@ -667,6 +670,7 @@ func (n *Node) initJobs() {
 	for _, e := range n.replica.Prefix(nodesPrefix) {
 		index(gossip.Change{Key: e.Key, New: e})
 	}
+	n.replica.Watch(jobsPrefix, func(c gossip.Change) { s.dropView(c.Key) })
 }
 
 // targetByHash is the peer ID of a node record whose target hash is h.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -63,12 +64,17 @@ func submitJob(t *testing.T, a *agentProc, args ...string) string {
 // A job reaches a member that was down when it was submitted, once it
 // comes back; a member killed while it runs the job reports it interrupted
 // (and runs it again only with --retries); a job that expires before a
-// member returns is expired there and never runs.
+// member returns is expired there and never runs; a member that lost its
+// state runs none of the jobs it ran again. o1 is the fleet's trusted
+// writer (acks travel to it alone).
 func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 	o1 := newAgent(t, "o1")
+	o1ID := presetIdentity(t, o1)
+	o1.args = append(o1.args, "--trusted", o1ID, "--auto-admit", "true")
 	o1.start()
 	seed := o1.tcpJoin()
-	web := []*agentProc{webAgent(t, "w1", "--join", seed), webAgent(t, "w2", "--join", seed), webAgent(t, "w3", "--join", seed)}
+	member := func(name string) *agentProc { return webAgent(t, name, "--join", seed, "--trusted", o1ID) }
+	web := []*agentProc{member("w1"), member("w2"), member("w3")}
 	for _, w := range web {
 		w.start()
 	}
@@ -98,6 +104,7 @@ func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 	// 1. w3 is down when the job is submitted.
 	w3.kill()
 	id := submitJob(t, o1, "--tribe", "web", "exec", "run", `{"command":"mark"}`)
+	first := id
 	waitUntil(t, 30*time.Second, "2 done and 1 pending", func() bool {
 		j, rows := jobStatus(o1, id)
 		return j.State == "pending" && j.Counts["done"] == 2 && rows["w3"].State == "pending"
@@ -183,5 +190,31 @@ func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 	}
 	if out := run(0, "job", "list", "--tribe", "web"); strings.Count(out, "\n") != 5 {
 		t.Errorf("job list of 4 jobs:\n%s", out)
+	}
+
+	// 5. w3 loses its state and keeps its identity: it gets the jobs back
+	// and asks the writer for its acks; it runs none of them again.
+	w3.kill()
+	if err := os.Remove(filepath.Join(w3.dir, gossip.StoreFile)); err != nil {
+		t.Fatal(err)
+	}
+	w3.start()
+	waitUntil(t, 30*time.Second, "w3 to hold the first job again, done", func() bool {
+		// Its status pulls from the writer: w3 then holds the job.
+		var own api.Job
+		out, _, code := tribe("job", "status", "--json", "--data-dir", w3.dir, first)
+		if code != 0 || json.Unmarshal([]byte(out), &own) != nil {
+			return false
+		}
+		for _, tg := range own.Targets {
+			if tg.Name == "w3" {
+				return tg.State == "done"
+			}
+		}
+		return false
+	})
+	time.Sleep(1500 * time.Millisecond) // a run would have started (and marked) by now
+	if m, s := fileLines(w3, "marks"), fileLines(w3, "slow"); m != 1 || s != 3 {
+		t.Errorf("w3 ran jobs again after losing its state: %d marks (want 1), %d slow runs (want 3)", m, s)
 	}
 }

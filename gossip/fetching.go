@@ -16,6 +16,17 @@ const fetchStale = 5 * time.Second
 // fails, the entry is still missing at the next pull, which fetches it.
 type fetching struct {
 	by map[ItemSummary]fetchClaim
+	// released is closed (and replaced) when a claim is released: pulls
+	// that left entries to others wait on it (awaitShared).
+	released chan struct{}
+}
+
+// releases is closed at the next release of a claim.
+func (f *fetching) releases() <-chan struct{} {
+	if f.released == nil {
+		f.released = make(chan struct{})
+	}
+	return f.released
 }
 
 type fetchClaim struct {
@@ -39,9 +50,15 @@ func (f *fetching) claim(pull uint64, it ItemSummary, now time.Time) bool {
 // release ends pull's claims on items (not another pull's that took one
 // over).
 func (f *fetching) release(pull uint64, items ...ItemSummary) {
+	released := false
 	for _, it := range items {
 		if c, ok := f.by[it]; ok && c.pull == pull {
 			delete(f.by, it)
+			released = true
 		}
+	}
+	if released && f.released != nil {
+		close(f.released)
+		f.released = nil
 	}
 }

@@ -108,8 +108,10 @@ func TestConcurrentPullsFetchAnEntryOnce(t *testing.T) {
 		}
 		second <- st
 	}()
-	for n.r.sharedWaits.Load() == 0 { // the second waits for the first
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); n.r.sharedWaits.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // the second should wait for the first
+			t.Fatal("the second pull never waited for the first")
+		}
 	}
 	select {
 	case st := <-second:

@@ -269,22 +269,28 @@ type pulling struct {
 	shared  []ItemSummary
 }
 
-// awaitShared waits until the pulls that claimed the entries pl left to
-// them have applied them or given up (or ctx ends): a pull that returns
-// has brought this node what its peer holds, as its caller expects (a
-// node asked about a job reads its state right after pulling from the
-// writer).
+// awaitShared waits until the entries pl left to other pulls are held
+// here, or the pulls that claimed them have given up (or ctx ends): a pull
+// that returns has brought this node what its peer holds, as its caller
+// expects (a node asked about a job reads its state right after pulling
+// from the writer). Best effort: an entry whose pull failed is fetched at
+// the next pull.
 func (r *Replica) awaitShared(ctx context.Context, pl *pulling) {
 	for waited := false; len(pl.shared) > 0; {
 		now := r.now()
 		r.mu.Lock()
+		v := r.state.view(pl.scope)
 		pending := pl.shared[:0]
 		for _, it := range pl.shared {
+			if _, mine, ok := v.lookup(it.KeyHash); ok && mine == it.VersionHash {
+				continue // held: by that pull, or by pubsub meanwhile
+			}
 			if c, ok := r.fetching.by[it]; ok && c.pull != pl.id && now.Sub(c.at) < fetchStale {
 				pending = append(pending, it)
 			}
 		}
 		pl.shared = pending
+		released := r.fetching.releases()
 		r.mu.Unlock()
 		if len(pending) == 0 {
 			return
@@ -293,10 +299,15 @@ func (r *Replica) awaitShared(ctx context.Context, pl *pulling) {
 			waited = true
 			r.sharedWaits.Add(1)
 		}
+		t := time.NewTimer(fetchStale) // a claim not released goes stale
 		select {
 		case <-ctx.Done():
+		case <-released:
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
 			return
-		case <-time.After(time.Millisecond):
 		}
 	}
 }

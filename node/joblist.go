@@ -249,7 +249,7 @@ func (n *Node) listView(e *gossip.Signed, j *jobs.Job) api.Job {
 	s := &n.jobs
 	s.mu.Lock()
 	v, ok := s.views[j.ID]
-	gen := s.viewsGen
+	gen := s.viewGens[j.ID]
 	s.mu.Unlock()
 	if ok && v.hash == e.Hash && (v.until.IsZero() || now.Before(v.until)) {
 		return v.view
@@ -261,8 +261,8 @@ func (n *Node) listView(e *gossip.Signed, j *jobs.Job) api.Job {
 	s.viewsMade.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.viewsGen != gen {
-		return v.view // a job or an ack changed meanwhile: maybe this one's
+	if s.viewGens[j.ID] != gen {
+		return v.view // the job or an ack of it changed meanwhile
 	}
 	if s.views == nil {
 		s.views = map[string]listView{}
@@ -276,6 +276,25 @@ func (s *jobSet) dropView(key string) {
 	id, _, _ := strings.Cut(strings.TrimPrefix(key, jobsPrefix), "/")
 	s.mu.Lock()
 	delete(s.views, id)
-	s.viewsGen++
+	if s.viewGens == nil {
+		s.viewGens = map[string]uint64{}
+	}
+	s.viewGens[id]++
 	s.mu.Unlock()
+}
+
+// pruneViews forgets the rows of jobs not in live (collectJobs).
+func (s *jobSet) pruneViews(live map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.views {
+		if !live[id] {
+			delete(s.views, id)
+		}
+	}
+	for id := range s.viewGens {
+		if !live[id] {
+			delete(s.viewGens, id)
+		}
+	}
 }

@@ -89,7 +89,7 @@ type jobSet struct {
 	listing       *gossip.Slots
 	listRefused   atomic.Int64        // job list requests refused (not admitted, malformed, busy)
 	views         map[string]listView // jobs' rows in a list, by job id (joblist.go)
-	viewsGen      uint64              // changes of jobs and acks seen by dropView
+	viewGens      map[string]uint64   // changes of each job and its acks seen by dropView
 	viewsMade     atomic.Int64        // rows made, not kept
 }
 
@@ -629,6 +629,7 @@ func (n *Node) collectJobs() {
 	}
 	n.jobs.fetches.follow(unfinished)
 	n.jobs.recall.prune(live)
+	n.jobs.pruneViews(live)
 	n.jobs.mu.Lock()
 	for key := range n.jobs.cache {
 		if !live[strings.TrimPrefix(key, jobsPrefix)] {

@@ -207,20 +207,13 @@ func (n *Node) askJobList(ctx context.Context, tribe string) ([]api.Job, error) 
 }
 
 func (n *Node) fetchJobList(ctx context.Context, w peer.ID, tribe string) ([]api.Job, error) {
-	ctx, cancel := context.WithTimeout(ctx, jobListTimeout)
-	defer cancel()
-	s, err := n.host.NewStream(ctx, w, JobListProtocol)
+	s, done, err := n.askLine(ctx, w, JobListProtocol, jobListTimeout, struct {
+		Tribe string `json:"tribe"`
+	}{tribe})
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { s.Reset() })
-	defer stop()
-	defer s.Close()
-	if err := json.NewEncoder(s).Encode(struct {
-		Tribe string `json:"tribe"`
-	}{tribe}); err != nil {
-		return nil, err
-	}
+	defer done()
 	b, err := io.ReadAll(io.LimitReader(s, jobListAnswerMax+1))
 	if err != nil {
 		return nil, err

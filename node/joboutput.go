@@ -15,6 +15,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
@@ -148,20 +149,13 @@ func (n *Node) fetchJobOutput(ctx context.Context, p peer.ID, addrs []string, id
 	if n.host.Network().Connectedness(p) != network.Connected {
 		n.learnAddrs(p, addrs)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	s, err := n.host.NewStream(ctx, p, JobOutputProtocol)
+	s, done, err := n.askLine(ctx, p, JobOutputProtocol, 30*time.Second, struct {
+		Job string `json:"job"`
+	}{id})
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { s.Reset() })
-	defer stop()
-	defer s.Close()
-	if err := json.NewEncoder(s).Encode(struct {
-		Job string `json:"job"`
-	}{id}); err != nil {
-		return nil, err
-	}
+	defer done()
 	// base64 of the largest output, and the JSON around it.
 	var a jobOutputAnswer
 	if err := json.NewDecoder(io.LimitReader(s, jobOutputMax/3*4+1024)).Decode(&a); err != nil {
@@ -171,4 +165,27 @@ func (n *Node) fetchJobOutput(ctx context.Context, p peer.ID, addrs []string, id
 		return nil, errors.New(a.Error)
 	}
 	return a.Output, nil
+}
+
+// askLine opens a stream of proto to p and sends req as one JSON line, for
+// the caller to read the answer from s, within timeout (then s is reset);
+// done closes it.
+func (n *Node) askLine(ctx context.Context, p peer.ID, proto protocol.ID, timeout time.Duration, req any) (s network.Stream, done func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	s, err = n.host.NewStream(ctx, p, proto)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	done = func() {
+		stop()
+		s.Close()
+		cancel()
+	}
+	if err := json.NewEncoder(s).Encode(req); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return s, done, nil
 }

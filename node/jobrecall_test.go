@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tribeagent/tribe/gossip"
-	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/jobs"
 )
 
@@ -42,15 +41,7 @@ func TestLostStateDoesNotRunAJobAgain(t *testing.T) {
 		}},
 	} {
 		t.Run(lose.name, func(t *testing.T) {
-			ctx := context.Background()
-			a, nodes := trustedFleet(t, "b")
-			b := nodes["b"]
-			jobTribe(t, a, "t", "echo", []*Node{b})
-			j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+			a, b, _, _, j := trustedJobDone(t)
 			ran, ok := a.replica.Get(ackKey(j.ID, b.ID()))
 			if !ok {
 				t.Fatal("the writer holds no ack of b")

@@ -104,7 +104,6 @@ func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 	// 1. w3 is down when the job is submitted.
 	w3.kill()
 	id := submitJob(t, o1, "--tribe", "web", "exec", "run", `{"command":"mark"}`)
-	first := id
 	waitUntil(t, 30*time.Second, "2 done and 1 pending", func() bool {
 		j, rows := jobStatus(o1, id)
 		return j.State == "pending" && j.Counts["done"] == 2 && rows["w3"].State == "pending"
@@ -199,16 +198,19 @@ func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	w3.start()
-	waitUntil(t, 30*time.Second, "w3 to hold the first job again, done", func() bool {
-		// Its status pulls from the writer: w3 then holds the job.
+	waitUntil(t, 30*time.Second, "w3 to hold the jobs again", func() bool {
+		// A status pulls the jobs from the writer (w3 then holds all
+		// four), and that job's acks: asked of the last job, the one
+		// that expired, it brings w3 none of the acks of the three it
+		// ran.
 		var own api.Job
-		out, _, code := tribe("job", "status", "--json", "--data-dir", w3.dir, first)
+		out, _, code := tribe("job", "status", "--json", "--data-dir", w3.dir, id)
 		if code != 0 || json.Unmarshal([]byte(out), &own) != nil {
 			return false
 		}
 		for _, tg := range own.Targets {
 			if tg.Name == "w3" {
-				return tg.State == "done"
+				return tg.State == "expired"
 			}
 		}
 		return false

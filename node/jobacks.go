@@ -201,6 +201,19 @@ func (n *Node) fetchAcks(ctx context.Context, j *jobs.Job, w peer.ID) {
 	}
 }
 
+// othersAcks are the acks this node holds that other nodes wrote: a node
+// that stops being a trusted writer forgets them (no tombstone), as it
+// would never have got them otherwise.
+func (n *Node) othersAcks() []string {
+	var out []string
+	for _, e := range n.replica.Prefix(jobsPrefix) {
+		if strings.Contains(e.Key, "/acks/") && !strings.HasSuffix(e.Key, "/acks/"+n.jobs.self) {
+			out = append(out, e.Key)
+		}
+	}
+	return out
+}
+
 // goneAcks are the acks this node holds (its own and others') of jobs not
 // in live: forgotten, with no tombstone (acks are direct entries, which
 // travel only to the writers, who drop them likewise).

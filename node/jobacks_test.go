@@ -3,8 +3,13 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
 
 	"github.com/tribeagent/tribe/node/api"
 )
@@ -183,4 +188,29 @@ func trustedJobDone(t *testing.T) (a, b, c, d *Node, j api.Job) {
 	}
 	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
 	return a, b, c, d, j
+}
+
+// A trusted writer that is trusted no more (its trust list reloaded
+// without it) forgets the acks other nodes wrote: they travel only to
+// trusted writers.
+func TestDemotedWriterForgetsOthersAcks(t *testing.T) {
+	a, b, c, _, j := trustedJobDone(t)
+	for _, target := range []*Node{b, c} {
+		if _, ok := a.replica.Get(ackKey(j.ID, target.ID())); !ok {
+			t.Fatalf("the writer holds no ack of %s", target.cfg.Name)
+		}
+	}
+	other := "12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X"
+	id, err := peer.Decode(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.setTrust(gossip.NewTrust(id)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range a.replica.Prefix(jobsPrefix) {
+		if strings.Contains(e.Key, "/acks/") {
+			t.Errorf("a demoted writer still holds %s", e.Key)
+		}
+	}
 }

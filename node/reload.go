@@ -220,6 +220,13 @@ func (n *Node) setTrust(t gossip.Trust) error {
 	if _, err := n.replica.SetTrust(t); err != nil {
 		return err
 	}
+	if !n.holdsAllAcks() {
+		// No longer a trusted writer: other nodes' acks are not this
+		// node's to keep (jobacks.go).
+		if err := n.replica.Forget(n.othersAcks()...); err != nil {
+			n.log.Warn("forgetting other nodes' acks once not a trusted writer", "err", err)
+		}
+	}
 	n.auth.setTrusted(t)
 	n.auth.mu.Lock()
 	n.auth.policyGen++ // which policies exist may have changed

@@ -189,11 +189,16 @@ func TestDeadMemberConnectionsClosed(t *testing.T) {
 	old := deadCloseAfter
 	deadCloseAfter = 2 * time.Second
 	t.Cleanup(func() { deadCloseAfter = old })
-	a := startNode(t, loopbackConfig(t, "a"))
+	// Neither probes nor gossips (the first round waits a fifth of the
+	// interval): b closes nothing and refutes only what it is told; a
+	// tells it nothing but the claims below make it (a gossip round of
+	// a's could carry b its own death just after a claim, and b's
+	// refutation could reach a before the test reads a's view).
+	ca := loopbackConfig(t, "a")
+	ca.ProbeInterval = time.Hour
+	a := startNode(t, ca)
 	c := loopbackConfig(t, "b")
 	c.Join = []string{tcpAddr(a)}
-	// b never probes a (nor gossips, whose first round waits a fifth of
-	// the interval): it closes nothing, and refutes only what a tells it.
 	c.ProbeInterval = time.Hour
 	b := startNode(t, c)
 	waitFor(t, "a to know b alive", func() bool {

@@ -205,24 +205,24 @@ func (n *Node) fetchAcks(ctx context.Context, j *jobs.Job, w peer.ID) {
 // that stops being a trusted writer forgets them (no tombstone), as it
 // would never have got them otherwise.
 func (n *Node) othersAcks() []string {
-	var out []string
-	for _, e := range n.replica.Prefix(jobsPrefix) {
-		if strings.Contains(e.Key, "/acks/") && !strings.HasSuffix(e.Key, "/acks/"+n.jobs.self) {
-			out = append(out, e.Key)
-		}
-	}
-	return out
+	return n.acksWhere(func(_, by string) bool { return by != n.jobs.self })
 }
 
 // goneAcks are the acks this node holds (its own and others') of jobs not
 // in live: forgotten, with no tombstone (acks are direct entries, which
 // travel only to the writers, who drop them likewise).
 func (n *Node) goneAcks(live map[string]bool) []string {
-	var gone []string
+	return n.acksWhere(func(job, _ string) bool { return !live[job] })
+}
+
+// acksWhere are the keys of the acks this node holds for which pick,
+// given the job's id and the acking peer's, says yes.
+func (n *Node) acksWhere(pick func(job, by string) bool) []string {
+	var out []string
 	for _, e := range n.replica.Prefix(jobsPrefix) {
-		if id, _, ok := strings.Cut(strings.TrimPrefix(e.Key, jobsPrefix), "/acks/"); ok && !live[id] {
-			gone = append(gone, e.Key)
+		if job, by, ok := strings.Cut(strings.TrimPrefix(e.Key, jobsPrefix), "/acks/"); ok && pick(job, by) {
+			out = append(out, e.Key)
 		}
 	}
-	return gone
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -280,14 +281,6 @@ func (s *jobSet) dropView(key string) {
 func (s *jobSet) pruneViews(live map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id := range s.views {
-		if !live[id] {
-			delete(s.views, id)
-		}
-	}
-	for id := range s.viewGens {
-		if !live[id] {
-			delete(s.viewGens, id)
-		}
-	}
+	maps.DeleteFunc(s.views, func(id string, _ listView) bool { return !live[id] })
+	maps.DeleteFunc(s.viewGens, func(id string, _ uint64) bool { return !live[id] })
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,11 +56,7 @@ func (r *ownAckRecall) check(id string) {
 func (r *ownAckRecall) prune(live map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id := range r.checked {
-		if !live[id] {
-			delete(r.checked, id)
-		}
-	}
+	maps.DeleteFunc(r.checked, func(id string, _ bool) bool { return !live[id] })
 }
 
 // mayHaveAcked reports whether an earlier run of this node may have

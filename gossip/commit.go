@@ -18,7 +18,16 @@ type committer struct {
 	mu    sync.Mutex // held by the goroutine committing; orders commits
 	qmu   sync.Mutex
 	queue []*commitReq
+	// behind are the keys of this node's entries applied to the state
+	// but not stored yet (see commitBehind), guarded by mu; flush stores
+	// them if no commit has by then.
+	behind map[string]bool
+	flush  *time.Timer
 }
+
+// behindFor is how long an entry written behind (commitBehind) waits for
+// a commit to store it with before one is made for it.
+const behindFor = time.Second
 
 type commitReq struct {
 	entries []*Signed
@@ -50,8 +59,71 @@ func (r *Replica) commit(entries []*Signed) ([]*Change, error) {
 	return req.changes, req.err
 }
 
-// commitBatch stores the entries of batch that would win, then applies
-// them. Callers hold r.commits.mu.
+// commitBehind applies s, this node's own entry, to the state at once and
+// leaves it to the next commit to store, or to a commit behindFor later:
+// for an entry another node keeps durably already, as a job's final ack
+// its writer took (see PutBehind). Until stored it is lost if this
+// process dies; the store is never left torn, as every commit syncs.
+// Once the replica is closing, s is committed at once.
+func (r *Replica) commitBehind(s *Signed) ([]*Change, error) {
+	c := &r.commits
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.ctx == nil || r.ctx.Err() != nil {
+		return r.commitLocked([]*Signed{s})
+	}
+	r.mu.Lock()
+	ch, err := r.state.Apply(s, time.Time{}) // checked by the caller
+	r.mu.Unlock()
+	if err != nil || ch == nil {
+		return nil, err
+	}
+	if c.behind == nil {
+		c.behind = map[string]bool{}
+	}
+	c.behind[s.Key] = true
+	if c.flush == nil {
+		c.flush = time.AfterFunc(behindFor, func() {
+			if _, err := r.commit(nil); err != nil {
+				r.log.Warn("storing entries written behind", "err", err)
+			}
+		})
+	} else if len(c.behind) == 1 {
+		c.flush.Reset(behindFor)
+	}
+	return []*Change{ch}, nil
+}
+
+// flushBehind stores the entries written behind now: the replica closes.
+func (r *Replica) flushBehind() error {
+	c := &r.commits
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flush != nil {
+		c.flush.Stop()
+	}
+	if len(c.behind) == 0 {
+		return nil
+	}
+	_, err := r.commitLocked(nil)
+	return err
+}
+
+// commitLocked commits entries, with whatever is queued, under the commit
+// lock its caller holds.
+func (r *Replica) commitLocked(entries []*Signed) ([]*Change, error) {
+	req := &commitReq{entries: entries}
+	c := &r.commits
+	c.qmu.Lock()
+	batch := append(c.queue, req)
+	c.queue = nil
+	c.qmu.Unlock()
+	r.commitBatch(batch)
+	return req.changes, req.err
+}
+
+// commitBatch stores the entries of batch that would win, with the
+// entries written behind, then applies them. Callers hold r.commits.mu.
 func (r *Replica) commitBatch(batch []*commitReq) {
 	defer func() {
 		for _, q := range batch {
@@ -73,6 +145,14 @@ func (r *Replica) commitBatch(batch []*commitReq) {
 			}
 		}
 	}
+	// Entries written behind are stored as the state holds them now (a
+	// newer version in this batch is stored instead).
+	var behind []*Signed
+	for k := range r.commits.behind {
+		if cur, ok := r.state.Version(k); ok && winner[k] == nil {
+			behind = append(behind, cur)
+		}
+	}
 	r.mu.Unlock()
 	winners := make([]*Signed, 0, len(winner))
 	for _, e := range winner {
@@ -81,12 +161,18 @@ func (r *Replica) commitBatch(batch []*commitReq) {
 	// In key order: bbolt inserts sorted keys fastest, and watchers see a
 	// batch in a repeatable order.
 	slices.SortFunc(winners, func(a, b *Signed) int { return strings.Compare(a.Key, b.Key) })
-	if err := r.store.Put(winners...); err != nil {
+	stored := winners
+	if len(behind) > 0 {
+		stored = append(slices.Clip(winners), behind...)
+		slices.SortFunc(stored, func(a, b *Signed) int { return strings.Compare(a.Key, b.Key) })
+	}
+	if err := r.store.Put(stored...); err != nil {
 		for _, q := range batch {
 			q.err = err
 		}
 		return
 	}
+	clear(r.commits.behind)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range winners {

@@ -95,3 +95,72 @@ func TestACommitKeepsTheNewerOfOneKey(t *testing.T) {
 		t.Fatalf("stored %v, want the newer", e)
 	}
 }
+
+// storedValue is key's value in r's store ("" if it holds none).
+func storedValue(t *testing.T, r *Replica, key string) string {
+	t.Helper()
+	st := NewState(r.Trust())
+	if _, _, err := LoadState(r.store, st); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := st.Get(key)
+	if !ok {
+		return ""
+	}
+	return string(e.Value)
+}
+
+// An entry written behind (another node keeps it) is applied at once and
+// stored with the next commit, or a second later, or when the replica
+// closes; one that no other node took is stored at once; one forgotten
+// meanwhile is not stored.
+func TestWrittenBehindIsStoredWithTheNextCommit(t *testing.T) {
+	r := newTestNet(t).r
+	ctx := context.Background()
+	behind := func(key, value string, taken bool) {
+		t.Helper()
+		var sent *Signed
+		s, err := r.PutBehind(ctx, key, []byte(value), func(s *Signed) bool { sent = s; return taken })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent != s {
+			t.Fatalf("sent %v, wrote %v", sent, s)
+		}
+		if got, ok := r.Get(key); !ok || got != s {
+			t.Fatalf("%s not applied", key)
+		}
+	}
+	before := r.StoreCommits()
+	behind("tribes/a", "1", false)
+	if got := storedValue(t, r, "tribes/a"); got != "1" || r.StoreCommits() != before+1 {
+		t.Fatalf("not taken elsewhere: stored %q in %d commits, want it stored at once", got, r.StoreCommits()-before)
+	}
+	behind("tribes/b", "1", true)
+	behind("tribes/b", "2", true)
+	behind("tribes/gone", "1", true)
+	if err := r.Forget("tribes/gone"); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedValue(t, r, "tribes/b"); got != "" || r.StoreCommits() != before+2 {
+		t.Fatalf("written behind: stored %q, %d commits; want neither stored nor committed", got, r.StoreCommits()-before-1)
+	}
+	if _, err := r.Put(ctx, "tribes/c", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if b, c := storedValue(t, r, "tribes/b"), storedValue(t, r, "tribes/c"); b != "2" || c != "1" || r.StoreCommits() != before+3 {
+		t.Fatalf("the next write stored b=%q c=%q in %d commits; want b=2 c=1 in one", b, c, r.StoreCommits()-before-2)
+	}
+	if got := storedValue(t, r, "tribes/gone"); got != "" {
+		t.Errorf("a key forgotten while behind was stored: %q", got)
+	}
+	behind("tribes/d", "1", true)
+	waitFor(t, func() bool { return storedValue(t, r, "tribes/d") == "1" })
+	behind("tribes/e", "1", true)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedValue(t, r, "tribes/e"); got != "1" {
+		t.Errorf("written behind just before the replica closed: stored %q", got)
+	}
+}

@@ -184,6 +184,7 @@ func (r *Replica) Close() error {
 		return nil
 	}
 	r.cancel()
+	flushErr := r.flushBehind()
 	r.h.RemoveStreamHandler(SyncProtocol)
 	r.h.RemoveStreamHandler(SyncSharedProtocol)
 	r.h.RemoveStreamHandler(PushProtocol)
@@ -192,9 +193,9 @@ func (r *Replica) Close() error {
 	}
 	r.wg.Wait()
 	if r.topic != nil {
-		return r.topic.Close()
+		return errors.Join(flushErr, r.topic.Close())
 	}
-	return nil
+	return flushErr
 }
 
 // unsentDelay is two of gossipsub's heartbeats (pubsub's
@@ -283,7 +284,7 @@ func PubSubOptions(topic string, tracers ...pubsub.RawTracer) []pubsub.Option {
 // Put writes key = value as this node, and returns once it is stored and
 // applied; then it is published.
 func (r *Replica) Put(ctx context.Context, key string, value []byte) (*Signed, error) {
-	return r.write(ctx, Entry{Key: key, Value: value}, true)
+	return r.write(ctx, Entry{Key: key, Value: value}, true, nil)
 }
 
 // PutQuiet writes key = value as this node like Put, durably, but does not
@@ -291,7 +292,7 @@ func (r *Replica) Put(ctx context.Context, key string, value []byte) (*Signed, e
 // publishes it. For a state most peers need not hear of at once, as a
 // job's running ack that its done ack replaces a moment later.
 func (r *Replica) PutQuiet(ctx context.Context, key string, value []byte) (*Signed, error) {
-	return r.write(ctx, Entry{Key: key, Value: value}, false)
+	return r.write(ctx, Entry{Key: key, Value: value}, false, nil)
 }
 
 // PutQuietWith is PutQuiet that stores with the new entry others'
@@ -299,7 +300,19 @@ func (r *Replica) PutQuiet(ctx context.Context, key string, value []byte) (*Sign
 // all, as a job's target stores the job it was handed with its running
 // ack.
 func (r *Replica) PutQuietWith(ctx context.Context, key string, value []byte, with ...*Signed) (*Signed, error) {
-	return r.write(ctx, Entry{Key: key, Value: value}, false, with...)
+	return r.write(ctx, Entry{Key: key, Value: value}, false, nil, with...)
+}
+
+// PutBehind writes key = value as this node like PutQuiet, but first
+// hands the signed entry to sent, which may send it on and reports
+// whether another node will keep it durably (as a job's writer stores
+// the final ack a target answers with). If so, the entry is applied at
+// once and stored with the next commit, at most a second later, rather
+// than with a disk sync of its own: a process that dies meanwhile loses
+// it here, and gets it back from that node (a job's target asks its
+// writer for its acks when it starts again). sent must not block.
+func (r *Replica) PutBehind(ctx context.Context, key string, value []byte, sent func(*Signed) bool) (*Signed, error) {
+	return r.write(ctx, Entry{Key: key, Value: value}, false, sent)
 }
 
 // TopicPeers are the peers pubsub lists in the state topic: those this
@@ -324,10 +337,10 @@ func (r *Replica) Announce(ctx context.Context, s *Signed) {
 
 // Delete writes a tombstone for key.
 func (r *Replica) Delete(ctx context.Context, key string) (*Signed, error) {
-	return r.write(ctx, Entry{Key: key, Deleted: true}, true)
+	return r.write(ctx, Entry{Key: key, Deleted: true}, true, nil)
 }
 
-func (r *Replica) write(ctx context.Context, e Entry, publish bool, with ...*Signed) (*Signed, error) {
+func (r *Replica) write(ctx context.Context, e Entry, publish bool, sent func(*Signed) bool, with ...*Signed) (*Signed, error) {
 	author, err := peer.IDFromPrivateKey(r.key)
 	if err != nil {
 		return nil, err
@@ -343,7 +356,12 @@ func (r *Replica) write(ctx context.Context, e Entry, publish bool, with ...*Sig
 	if err != nil {
 		return nil, err
 	}
-	changes, err := r.commit(append(slices.Clip(with), s))
+	var changes []*Change
+	if sent != nil && sent(s) {
+		changes, err = r.commitBehind(s)
+	} else {
+		changes, err = r.commit(append(slices.Clip(with), s))
+	}
 	r.notify(changes)
 	if err != nil {
 		if !slices.ContainsFunc(changes, func(c *Change) bool { return c.New == s }) {
@@ -439,6 +457,7 @@ func (r *Replica) Forget(keys ...string) error {
 	var gone []string
 	r.mu.Lock()
 	for _, k := range keys {
+		delete(r.commits.behind, k)
 		if old := r.state.forget(k); old != nil {
 			gone = append(gone, k)
 			changes = append(changes, &Change{Key: k, Old: old})

@@ -214,3 +214,37 @@ func TestDemotedWriterForgetsOthersAcks(t *testing.T) {
 		}
 	}
 }
+
+// A target answers the job's writer with its final ack as soon as it is
+// signed, and stores its own copy with its next commit: one disk sync a
+// job (the job with its running ack), not two. The copy is stored within
+// a second when no commit comes.
+func TestTargetSyncsOnceAJob(t *testing.T) {
+	a, b, _, _, _ := trustedJobDone(t)
+	const n = 12
+	before := b.replica.StoreCommits()
+	var last api.Job
+	for range n {
+		j, err := a.SubmitJob(context.Background(), api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+		last = j
+	}
+	key := ackKey(last.ID, b.ID())
+	waitFor(t, "b to store its last ack", func() bool {
+		st := gossip.NewState(b.replica.Trust())
+		if _, _, err := gossip.LoadState(b.store, st); err != nil {
+			t.Fatal(err)
+		}
+		e, ok := st.Get(key)
+		return ok && strings.Contains(string(e.Value), `"done"`)
+	})
+	// Besides the n jobs, the last ack's own commit, and room for what
+	// else the node stores meanwhile (its record, peers' entries); two
+	// syncs a job made 2n+1.
+	if got := b.replica.StoreCommits() - before; got > n+n/2 {
+		t.Errorf("b made %d commits for %d jobs; want about one a job", got, n)
+	}
+}

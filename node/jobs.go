@@ -292,12 +292,34 @@ func (h *jobHost) PutAck(id string, a jobs.Ack) error {
 	if hj != nil {
 		with = append(with, hj.e)
 	}
-	s, err := n.replica.PutQuietWith(n.ctx, n.ownAckKey(id), b, with...)
+	// A final ack goes back on the stream that brought the job, if one
+	// waits for it (see serveJob), as soon as it is signed; the writer
+	// stores it, and this node stores its own copy with its next commit
+	// (at most a second later), not with a disk sync of its own: with
+	// 25 agents on one disk the syncs were most of a job's time, and a
+	// target now syncs once a job. If this process dies before its copy
+	// is stored, the journal still says running, and at the next start
+	// the node asks the writer for the ack it sent before it decides on
+	// the job (jobrecall.go); if the writer did not get it either, the
+	// run was interrupted. An ack that goes by push is stored first.
+	answered := false
+	var s *gossip.Signed
+	if a.State.Final() && hj == nil {
+		s, err = n.replica.PutBehind(n.ctx, n.ownAckKey(id), b, func(s *gossip.Signed) bool {
+			answered = n.jobs.answer(id, s)
+			return answered
+		})
+	} else {
+		s, err = n.replica.PutQuietWith(n.ctx, n.ownAckKey(id), b, with...)
+	}
 	if hj != nil {
 		hj.stored(err)
 	}
 	if err != nil {
 		return err
+	}
+	if answered {
+		return nil
 	}
 	after := time.Duration(0)
 	if a.State == jobs.Running {
@@ -308,11 +330,7 @@ func (h *jobHost) PutAck(id string, a jobs.Ack) error {
 	n.spawn(func() {
 		select {
 		case <-time.After(after):
-			// A final ack goes back on the stream that brought the
-			// job, if one waits for it (see serveJob).
-			if !a.State.Final() || !n.jobs.answer(id, s) {
-				n.shareAck(id, s)
-			}
+			n.shareAck(id, s)
 		case <-n.ctx.Done():
 		}
 	})
@@ -333,7 +351,7 @@ const runningShareAfter = time.Second
 // published, so that it reaches whoever watches (and the writer asks for
 // it later if it missed it).
 func (n *Node) shareAck(id string, s *gossip.Signed) {
-	if cur, ok := n.replica.Get(s.Key); !ok || cur.Hash != s.Hash {
+	if cur, ok := n.replica.Get(s.Key); ok && cur.HLC > s.HLC {
 		return // a later ack replaced it
 	}
 	e, ok := n.replica.Get(jobKey(id))

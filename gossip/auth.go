@@ -129,9 +129,7 @@ func matches(pattern, segs []string) bool {
 	for i, p := range pattern {
 		switch {
 		case p == "{peer}":
-			// Only the canonical form: one peer, one key (another encoding
-			// of the same ID would be a second key for the same node).
-			if id, err := peer.Decode(segs[i]); err != nil || id.String() != segs[i] {
+			if _, ok := canonicalPeer(segs[i]); !ok {
 				return false
 			}
 		case strings.HasPrefix(p, "{"):
@@ -141,6 +139,21 @@ func matches(pattern, segs []string) bool {
 		}
 	}
 	return true
+}
+
+// canonicalPeer decodes s if it is a peer ID in its canonical form, as
+// peer.ID.String writes it (base58): one peer, one key (another encoding
+// of the same ID would be a second key for the same node). peer.Decode
+// reads base58 for these prefixes and a CID for any other; base58
+// decoding is one to one, so a base58 string that decodes is the only
+// encoding of its ID, and is not written back to compare (that was a
+// third of what checking an entry's key cost, at every entry).
+func canonicalPeer(s string) (peer.ID, bool) {
+	if !strings.HasPrefix(s, "Qm") && !strings.HasPrefix(s, "1") {
+		return "", false
+	}
+	id, err := peer.Decode(s)
+	return id, err == nil
 }
 
 // Trust decides who the trusted writers are. An empty list trusts every
@@ -182,7 +195,7 @@ func (t Trust) Authorize(key string, author peer.ID) error {
 	}
 	switch k.Writer {
 	case Self:
-		if segs[k.SelfSegment] == author.String() {
+		if id, _ := canonicalPeer(segs[k.SelfSegment]); id == author {
 			return nil
 		}
 		return fmt.Errorf("%w: %s may be written only by the peer it names, not %s", ErrUnauthorized, key, author)

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/tribeagent/tribe/internal/growbuf"
 )
 
@@ -116,6 +118,29 @@ func FuzzReadMsg(f *testing.F) {
 			}
 			consumed += again.Len()
 			mem.ReleaseMemory(held)
+		}
+	})
+}
+
+// canonicalPeer agrees with decoding and writing the ID back, for any
+// string: it accepts exactly the IDs in the form peer.ID.String writes.
+func FuzzCanonicalPeer(f *testing.F) {
+	id := newAuthor(f, rand.New(rand.NewPCG(9, 9))).id
+	f.Add(id.String())
+	f.Add(peer.ToCid(id).String())
+	f.Add("1" + id.String())
+	f.Add(id.String()[:20])
+	f.Add("QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N")
+	f.Add("11111")
+	f.Add("1")
+	f.Add("Qm")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := peer.Decode(s)
+		ok := err == nil && want.String() == s
+		got, gotOK := canonicalPeer(s)
+		if gotOK != ok || (ok && got != want) {
+			t.Fatalf("canonicalPeer(%q) = %v, %v; decoded and written back: %v, %v", s, got, gotOK, want, ok)
 		}
 	})
 }

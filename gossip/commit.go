@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -59,39 +60,52 @@ func (r *Replica) commit(entries []*Signed) ([]*Change, error) {
 	return req.changes, req.err
 }
 
-// commitBehind applies s, this node's own entry, to the state at once and
-// leaves it to the next commit to store, or to a commit behindFor later:
-// for an entry another node keeps durably already, as a job's final ack
-// its writer took (see PutBehind). Until stored it is lost if this
-// process dies; the store is never left torn, as every commit syncs.
-// Once the replica is closing, s is committed at once.
-func (r *Replica) commitBehind(s *Signed) ([]*Change, error) {
+// commitBehind applies entries to the state at once and leaves it to the
+// next commit to store them, or to a commit behindFor later: for entries
+// other nodes keep durably already, as a job's final ack its writer took
+// (see PutBehind), or the broadcast entries peers send (their authors and
+// every peer that took them hold them). Until stored they are lost if
+// this process dies; the store is never left torn, as every commit
+// syncs. Once the replica is closing, entries are committed at once.
+func (r *Replica) commitBehind(entries []*Signed) ([]*Change, error) {
 	c := &r.commits
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r.ctx == nil || r.ctx.Err() != nil {
-		return r.commitLocked([]*Signed{s})
+		return r.commitLocked(entries)
 	}
+	var changes []*Change
+	var errs []error
 	r.mu.Lock()
-	ch, err := r.state.Apply(s, time.Time{}) // checked by the caller
+	for _, e := range entries {
+		ch, err := r.state.Apply(e, time.Time{}) // checked by the caller
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ch == nil {
+			continue
+		}
+		changes = append(changes, ch)
+		r.clock = Observe(r.clock, e.HLC)
+		if c.behind == nil {
+			c.behind = map[string]bool{}
+		}
+		c.behind[e.Key] = true
+	}
 	r.mu.Unlock()
-	if err != nil || ch == nil {
-		return nil, err
+	if len(changes) > 0 {
+		if c.flush == nil {
+			c.flush = time.AfterFunc(behindFor, func() {
+				if _, err := r.commit(nil); err != nil {
+					r.log.Warn("storing entries written behind", "err", err)
+				}
+			})
+		} else if len(c.behind) == len(changes) { // none waited before these
+			c.flush.Reset(behindFor)
+		}
 	}
-	if c.behind == nil {
-		c.behind = map[string]bool{}
-	}
-	c.behind[s.Key] = true
-	if c.flush == nil {
-		c.flush = time.AfterFunc(behindFor, func() {
-			if _, err := r.commit(nil); err != nil {
-				r.log.Warn("storing entries written behind", "err", err)
-			}
-		})
-	} else if len(c.behind) == 1 {
-		c.flush.Reset(behindFor)
-	}
-	return []*Change{ch}, nil
+	return changes, errors.Join(errs...)
 }
 
 // flushBehind stores the entries written behind now: the replica closes.

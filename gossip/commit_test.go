@@ -164,3 +164,33 @@ func TestWrittenBehindIsStoredWithTheNextCommit(t *testing.T) {
 		t.Errorf("written behind just before the replica closed: stored %q", got)
 	}
 }
+
+// Entries that came by pubsub or anti-entropy are applied at once; those
+// of broadcast kinds are stored with the next commit, or a second later,
+// and direct ones (a job's acks, held by few) before they are applied.
+func TestGossipedEntriesStoredBehind(t *testing.T) {
+	r := newTestNet(t).r
+	r.cfg.Direct = DirectKey
+	a := newAuthor(t, rand.New(rand.NewPCG(5, 5)))
+	now := time.Now()
+	broadcast := a.write(t, now, "tribes/x", "1", false)
+	ack := a.write(t, now, "jobs/j1/acks/"+a.id.String(), "{}", false)
+	before := r.StoreCommits()
+	if changes := r.applyGossiped([]*Signed{broadcast, ack}); len(changes) != 2 {
+		t.Fatalf("%d changes, want 2", len(changes))
+	}
+	for _, e := range []*Signed{broadcast, ack} {
+		if got, ok := r.Get(e.Key); !ok || got != e {
+			t.Fatalf("%s not applied", e.Key)
+		}
+	}
+	if storedValue(t, r, ack.Key) != "{}" || storedValue(t, r, broadcast.Key) != "" || r.StoreCommits() != before+1 {
+		t.Fatalf("stored: ack %q, broadcast %q, in %d commits; want the ack alone, in one",
+			storedValue(t, r, ack.Key), storedValue(t, r, broadcast.Key), r.StoreCommits()-before)
+	}
+	// An older copy arriving later changes nothing.
+	if changes := r.applyGossiped([]*Signed{broadcast}); len(changes) != 0 {
+		t.Fatalf("the same entry again made %d changes", len(changes))
+	}
+	waitFor(t, func() bool { return storedValue(t, r, broadcast.Key) == "1" })
+}

@@ -358,7 +358,7 @@ func (r *Replica) write(ctx context.Context, e Entry, publish bool, sent func(*S
 	}
 	var changes []*Change
 	if sent != nil && sent(s) {
-		changes, err = r.commitBehind(s)
+		changes, err = r.commitBehind([]*Signed{s})
 	} else {
 		changes, err = r.commit(append(slices.Clip(with), s))
 	}
@@ -646,7 +646,7 @@ func (r *Replica) receive() {
 		}
 	})
 	for e := range in {
-		r.applyRemote(drain(in, []*Signed{e}, maxReceiveBatch))
+		r.applyGossiped(drain(in, []*Signed{e}, maxReceiveBatch))
 	}
 }
 
@@ -688,6 +688,37 @@ func (r *Replica) applyRemoteChanges(entries []*Signed) []*Change {
 		r.log.Error("storing entries from peers", "err", err)
 	}
 	r.notify(changes)
+	return changes
+}
+
+// applyGossiped is applyRemoteChanges for entries that came by pubsub or
+// anti-entropy: those of broadcast kinds are applied at once and stored
+// with the next commit, at most behindFor later (commitBehind), not a
+// disk sync each time a few arrive; their authors and every peer that
+// took them keep them, and a node that dies before storing them pulls
+// them again. Direct entries (a job's acks, which only their targets
+// and the writers hold) are stored before they are applied, as ever.
+func (r *Replica) applyGossiped(entries []*Signed) []*Change {
+	var now, behind []*Signed
+	for _, e := range entries {
+		if r.cfg.Direct != nil && r.cfg.Direct(e.Key) {
+			now = append(now, e)
+		} else {
+			behind = append(behind, e)
+		}
+	}
+	var changes []*Change
+	if len(now) > 0 {
+		changes = r.applyRemoteChanges(now)
+	}
+	if len(behind) > 0 {
+		c, err := r.commitBehind(behind)
+		if err != nil {
+			r.log.Error("applying entries from peers", "err", err)
+		}
+		r.notify(c)
+		changes = append(changes, c...)
+	}
 	return changes
 }
 

@@ -439,7 +439,7 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 		e.Raw = bytes.Clone(e.Raw)
 		ok = append(ok, e)
 	}
-	changes := r.applyRemoteChanges(ok)
+	changes := r.applyGossiped(ok)
 	r.relayFresh(from, changes, now)
 	return len(changes), refused
 }

@@ -19,11 +19,12 @@ type committer struct {
 	mu    sync.Mutex // held by the goroutine committing; orders commits
 	qmu   sync.Mutex
 	queue []*commitReq
-	// behind are the keys of this node's entries applied to the state
-	// but not stored yet (see commitBehind), guarded by mu; flush stores
-	// them if no commit has by then.
+	// behind are the keys of entries applied to the state but not
+	// stored yet (see commitBehind), guarded by mu; every commit stores
+	// them, and flush makes one if none has within behindFor.
 	behind map[string]bool
 	flush  *time.Timer
+	armed  bool // flush is set and has not fired
 }
 
 // behindFor is how long an entry written behind (commitBehind) waits for
@@ -94,18 +95,33 @@ func (r *Replica) commitBehind(entries []*Signed) ([]*Change, error) {
 		c.behind[e.Key] = true
 	}
 	r.mu.Unlock()
-	if len(changes) > 0 {
-		if c.flush == nil {
-			c.flush = time.AfterFunc(behindFor, func() {
-				if _, err := r.commit(nil); err != nil {
-					r.log.Warn("storing entries written behind", "err", err)
-				}
-			})
-		} else if len(c.behind) == len(changes) { // none waited before these
-			c.flush.Reset(behindFor)
-		}
+	if !c.armed && len(c.behind) > 0 {
+		c.armFlush(r)
 	}
 	return changes, errors.Join(errs...)
+}
+
+// armFlush sets flush to commit what is behind in behindFor (again, if
+// that commit fails). Callers hold c.mu.
+func (c *committer) armFlush(r *Replica) {
+	c.armed = true
+	if c.flush != nil {
+		c.flush.Reset(behindFor)
+		return
+	}
+	c.flush = time.AfterFunc(behindFor, func() {
+		c.mu.Lock()
+		c.armed = false
+		c.mu.Unlock()
+		if _, err := r.commit(nil); err != nil {
+			r.log.Warn("storing entries applied before they were stored; trying again", "err", err)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !c.armed && len(c.behind) > 0 && r.ctx.Err() == nil {
+				c.armFlush(r)
+			}
+		}
+	})
 }
 
 // flushBehind stores the entries written behind now: the replica closes.
@@ -115,6 +131,7 @@ func (r *Replica) flushBehind() error {
 	defer c.mu.Unlock()
 	if c.flush != nil {
 		c.flush.Stop()
+		c.armed = false
 	}
 	if len(c.behind) == 0 {
 		return nil

@@ -21,15 +21,17 @@ type committer struct {
 	queue []*commitReq
 	// behind are the keys of entries applied to the state but not
 	// stored yet (see commitBehind), guarded by mu; every commit stores
-	// them, and flush makes one if none has within behindFor.
+	// them, and flush makes one if none has within BehindFor.
 	behind map[string]bool
 	flush  *time.Timer
 	armed  bool // flush is set and has not fired
 }
 
-// behindFor is how long an entry written behind (commitBehind) waits for
-// a commit to store it with before one is made for it.
-const behindFor = time.Second
+// BehindFor is how long an entry applied before it is stored (a job's
+// final ack its writer took, peers' broadcast entries: commitBehind)
+// waits for a commit to store it with before one is made for it: what a
+// crash can lose of them.
+const BehindFor = time.Second
 
 type commitReq struct {
 	entries []*Signed
@@ -62,7 +64,7 @@ func (r *Replica) commit(entries []*Signed) ([]*Change, error) {
 }
 
 // commitBehind applies entries to the state at once and leaves it to the
-// next commit to store them, or to a commit behindFor later: for entries
+// next commit to store them, or to a commit BehindFor later: for entries
 // other nodes keep durably already, as a job's final ack its writer took
 // (see PutBehind), or the broadcast entries peers send (their authors and
 // every peer that took them hold them). Until stored they are lost if
@@ -101,15 +103,15 @@ func (r *Replica) commitBehind(entries []*Signed) ([]*Change, error) {
 	return changes, errors.Join(errs...)
 }
 
-// armFlush sets flush to commit what is behind in behindFor (again, if
+// armFlush sets flush to commit what is behind in BehindFor (again, if
 // that commit fails). Callers hold c.mu.
 func (c *committer) armFlush(r *Replica) {
 	c.armed = true
 	if c.flush != nil {
-		c.flush.Reset(behindFor)
+		c.flush.Reset(BehindFor)
 		return
 	}
-	c.flush = time.AfterFunc(behindFor, func() {
+	c.flush = time.AfterFunc(BehindFor, func() {
 		c.mu.Lock()
 		c.armed = false
 		c.mu.Unlock()
@@ -138,6 +140,18 @@ func (r *Replica) flushBehind() error {
 	}
 	_, err := r.commitLocked(nil)
 	return err
+}
+
+// dropBehind forgets that entries wait to be stored, as a crash does.
+func (r *Replica) dropBehind() {
+	c := &r.commits
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flush != nil {
+		c.flush.Stop()
+		c.armed = false
+	}
+	clear(c.behind)
 }
 
 // commitLocked commits entries, with whatever is queued, under the commit

@@ -194,3 +194,19 @@ func TestGossipedEntriesStoredBehind(t *testing.T) {
 	}
 	waitFor(t, func() bool { return storedValue(t, r, broadcast.Key) == "1" })
 }
+
+// A replica that crashes does not store what waits to be stored, as a
+// killed process would not.
+func TestCrashLosesWhatIsBehind(t *testing.T) {
+	r := newTestNet(t).r
+	if _, err := r.PutBehind(context.Background(), "tribes/x", []byte("1"), func(*Signed) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(BehindFor + 200*time.Millisecond) // past the flush it would have made
+	if got := storedValue(t, r, "tribes/x"); got != "" {
+		t.Fatalf("stored %q after a crash", got)
+	}
+}

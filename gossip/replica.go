@@ -178,13 +178,28 @@ func (r *Replica) spawn(f func()) {
 	go func() { defer r.wg.Done(); f() }()
 }
 
-// Close stops the replica's goroutines. It does not close the store.
-func (r *Replica) Close() error {
+// Close stops the replica's goroutines, once it has stored the entries
+// applied before they were stored (commitBehind). It does not close the
+// store.
+func (r *Replica) Close() error { return r.close(true) }
+
+// Crash is Close as a killed process goes: the entries applied and not
+// stored yet are not stored (their authors, peers or a job's writer hold
+// them). For the simulator and tests, so that a crash loses what a real
+// one would.
+func (r *Replica) Crash() error { return r.close(false) }
+
+func (r *Replica) close(flush bool) error {
 	if r.cancel == nil {
 		return nil
 	}
 	r.cancel()
-	flushErr := r.flushBehind()
+	var flushErr error
+	if flush {
+		flushErr = r.flushBehind()
+	} else {
+		r.dropBehind()
+	}
 	r.h.RemoveStreamHandler(SyncProtocol)
 	r.h.RemoveStreamHandler(SyncSharedProtocol)
 	r.h.RemoveStreamHandler(PushProtocol)
@@ -693,7 +708,7 @@ func (r *Replica) applyRemoteChanges(entries []*Signed) []*Change {
 
 // applyGossiped is applyRemoteChanges for entries that came by pubsub or
 // anti-entropy: those of broadcast kinds are applied at once and stored
-// with the next commit, at most behindFor later (commitBehind), not a
+// with the next commit, at most BehindFor later (commitBehind), not a
 // disk sync each time a few arrive; their authors and every peer that
 // took them keep them, and a node that dies before storing them pulls
 // them again. Direct entries (a job's acks, which only their targets

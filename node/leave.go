@@ -97,7 +97,9 @@ func (n *Node) LeaveCluster(ctx context.Context) (api.LeaveResult, error) {
 func (n *Node) Leaving() <-chan struct{} { return n.leaveReq }
 
 // Crash closes the node as a crash would: no farewell, so peers see it
-// suspect and then dead. For the simulator and tests.
+// suspect and then dead, and the entries it applied but had not stored
+// yet are not stored (see gossip.Replica.Crash). For the simulator and
+// tests.
 func (n *Node) Crash() error {
 	n.crashed.Store(true)
 	return n.Close()

@@ -522,8 +522,12 @@ func (n *Node) Close() error {
 				n.log.Warn("leaving", "err", err)
 			}
 		}
-		// The replica leaves its topic while pubsub still runs.
-		if n.replica != nil {
+		// The replica leaves its topic while pubsub still runs. A crash
+		// does not store what waits to be stored, as a killed process
+		// would not.
+		if n.replica != nil && n.crashed.Load() {
+			errs = append(errs, n.replica.Crash())
+		} else if n.replica != nil {
 			errs = append(errs, n.replica.Close())
 		}
 		n.stopWatches()

@@ -173,6 +173,9 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 	s := start(t, Config{Nodes: n, Seed: 5})
 	withCore(t, s, n)
 	const victim = 6
+	// What a node took from peers is in its store within BehindFor; a
+	// crash before loses it (and anti-entropy brings it back).
+	time.Sleep(2 * gossip.BehindFor)
 	if err := s.Crash(victim); err != nil {
 		t.Fatal(err)
 	}

@@ -126,8 +126,9 @@ func (c *committer) armFlush(r *Replica) {
 	})
 }
 
-// flushBehind stores the entries written behind now: the replica closes.
-func (r *Replica) flushBehind() error {
+// endBehind stops the flush as the replica closes and stores what is
+// behind now, or, if store is false (a crash), forgets it.
+func (r *Replica) endBehind(store bool) error {
 	c := &r.commits
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -135,23 +136,12 @@ func (r *Replica) flushBehind() error {
 		c.flush.Stop()
 		c.armed = false
 	}
-	if len(c.behind) == 0 {
+	if !store || len(c.behind) == 0 {
+		clear(c.behind)
 		return nil
 	}
 	_, err := r.commitLocked(nil)
 	return err
-}
-
-// dropBehind forgets that entries wait to be stored, as a crash does.
-func (r *Replica) dropBehind() {
-	c := &r.commits
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.flush != nil {
-		c.flush.Stop()
-		c.armed = false
-	}
-	clear(c.behind)
 }
 
 // commitLocked commits entries, with whatever is queued, under the commit

@@ -194,12 +194,7 @@ func (r *Replica) close(flush bool) error {
 		return nil
 	}
 	r.cancel()
-	var flushErr error
-	if flush {
-		flushErr = r.flushBehind()
-	} else {
-		r.dropBehind()
-	}
+	flushErr := r.endBehind(flush)
 	r.h.RemoveStreamHandler(SyncProtocol)
 	r.h.RemoveStreamHandler(SyncSharedProtocol)
 	r.h.RemoveStreamHandler(PushProtocol)

@@ -54,11 +54,7 @@ func (r *Replica) commit(entries []*Signed) ([]*Change, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !req.done { // no one took it while this goroutine waited: take all
-		c.qmu.Lock()
-		batch := c.queue
-		c.queue = nil
-		c.qmu.Unlock()
-		r.commitBatch(batch)
+		r.commitBatch(c.takeQueue())
 	}
 	return req.changes, req.err
 }
@@ -148,13 +144,17 @@ func (r *Replica) endBehind(store bool) error {
 // lock its caller holds.
 func (r *Replica) commitLocked(entries []*Signed) ([]*Change, error) {
 	req := &commitReq{entries: entries}
-	c := &r.commits
-	c.qmu.Lock()
-	batch := append(c.queue, req)
-	c.queue = nil
-	c.qmu.Unlock()
-	r.commitBatch(batch)
+	r.commitBatch(append(r.commits.takeQueue(), req))
 	return req.changes, req.err
+}
+
+// takeQueue empties the queue of commits waiting, for its caller to make.
+func (c *committer) takeQueue() []*commitReq {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q := c.queue
+	c.queue = nil
+	return q
 }
 
 // commitBatch stores the entries of batch that would win, with the

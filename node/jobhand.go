@@ -235,8 +235,9 @@ func (h *handedJob) stored(err error) {
 
 // keepHanded stores job e, handed by its writer, and returns once it is
 // stored: by the job loop, with its running ack if it runs it at once (a
-// target then syncs its disk twice a job, not three times; with 25 agents
-// on one disk the syncs were most of a job's time), else alone. A job
+// target then syncs its disk once a job, as its final ack goes with the
+// next commit; with 25 agents on one disk the syncs were most of a job's
+// time), else alone. A job
 // held here already, in any version, is stored at once: the state's rules
 // say which version stands. Past by it gives up (the loop may still store
 // the job, and run it: the writer, told it was refused, publishes it too).

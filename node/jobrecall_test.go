@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/jobs"
 )
 
@@ -142,5 +143,51 @@ func TestUnrecalled(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("unrecalled %v, want %v", got, want)
 		}
+	}
+}
+
+// A target that crashes (Node.Crash, which stores nothing more, as a
+// killed process) right after it answered the writer with its done ack,
+// before that ack reached its own store, gets the ack back from the
+// writer when it starts again and runs nothing a second time.
+func TestTargetCrashedBeforeItStoredItsAck(t *testing.T) {
+	a, b, _, _, _ := trustedJobDone(t)
+	bc := b.cfg
+	for attempt := 0; ; attempt++ {
+		if attempt == 5 {
+			t.Fatalf("b stored its ack before each of %d crashes made within a second of it", attempt)
+		}
+		j, err := a.SubmitJob(context.Background(), api.JobRequest{Nodes: []string{"b"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+		ran, _ := a.replica.Get(ackKey(j.ID, b.ID()))
+		if err := b.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := gossip.OpenStore(filepath.Join(bc.DataDir, gossip.StoreFile), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := gossip.NewState(gossip.NewTrust())
+		_, _, err = gossip.LoadState(st, kept)
+		st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = startNode(t, bc)
+		if e, ok := kept.Get(ran.Key); ok && e.Hash == ran.Hash {
+			continue // its next commit came before the crash: try again
+		}
+		waitFor(t, "b to hold a final ack again", func() bool { a, ok := b.ownAck(j.ID); return ok && a.State.Final() })
+		if got, _ := b.replica.Get(b.ownAckKey(j.ID)); got.Hash != ran.Hash {
+			a, _ := b.ownAck(j.ID)
+			t.Fatalf("b holds another ack than the one it answered with (ran again?): %+v", a)
+		}
+		if n := b.jobs.recall.gaveUp.Load(); n != 0 {
+			t.Fatalf("%d jobs decided on without asking the writer", n)
+		}
+		return
 	}
 }

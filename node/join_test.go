@@ -215,3 +215,32 @@ func TestJoinSilentRedialsLogOnce(t *testing.T) {
 		t.Fatal("after a hello the next redial is the first again")
 	}
 }
+
+// A join peer that is down is dialled again on the join's own backoff,
+// never refused by the swarm's (which grows to 5 minutes and answers
+// "dial backoff" without dialling), and joined once it is back.
+func TestJoinPeerDownIsDialledOnTheJoinsOwnBackoff(t *testing.T) {
+	ca := loopbackConfig(t, "a")
+	a := startNode(t, ca)
+	tcp, _ := listenPorts(t, a)
+	addr := tcpAddr(a)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &lockedBuffer{}
+	cb := loopbackConfig(t, "b")
+	cb.Join = []string{addr}
+	cb.BackoffMin, cb.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+	b := startNodeDeps(t, cb, Deps{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	// The swarm backs a failed address off for 5 s at first: six failed
+	// dials in well under that are the join's own.
+	waitFor(t, "b to fail to dial a six times", func() bool { return strings.Contains(logs.String(), "failures=6") })
+	if out := logs.String(); strings.Contains(out, "dial backoff") {
+		t.Fatalf("b's dials of its join peer were refused by the swarm's backoff:\n%s", out)
+	}
+
+	ca.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/" + tcp}
+	startNode(t, ca) // a again: its data dir keeps its identity
+	waitFor(t, "b to join a once it is back", func() bool { return joinOf(t, b).State == api.JoinJoined })
+}

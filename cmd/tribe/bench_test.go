@@ -304,6 +304,17 @@ func unknownTo(agents []*agentProc, nodes []api.Node) string {
 		them, err2 := c.Nodes(ctx, "")
 		cancel()
 		fmt.Fprintf(&out, ": %d peers, %d entries, knows %d nodes (errors: %v, %v)", st.Peers, st.Entries, len(them), err, err2)
+		for _, j := range st.Joins {
+			fmt.Fprintf(&out, "\n    join %s: %s %s", j.Addr, j.State, j.Error)
+		}
+		fmt.Fprintf(&out, "\n    its log ends:\n%s", logTail(a.log.String(), 20))
 	}
 	return out.String()
+}
+
+// logTail is the last n lines of log, indented, for a failure message.
+func logTail(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return "      " + strings.Join(lines, "\n      ")
 }

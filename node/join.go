@@ -43,6 +43,7 @@ type join struct {
 	st     api.Join
 	sheds  int       // busy answers since it last took this node in
 	shedAt time.Time // the last of them
+	joined bool      // it took this node in once: its part is done
 	connAt time.Time // when it last became connected, not yet heard
 	silent int       // redials for want of a hello since it was last heard
 }
@@ -80,7 +81,7 @@ func (j *join) set(id peer.ID, state, cluster, errText string) bool {
 	}
 	j.st.State, j.st.Cluster, j.st.Error = state, cluster, errText
 	if state == api.JoinJoined {
-		j.sheds, j.silent = 0, 0
+		j.sheds, j.silent, j.joined = 0, 0, true
 	}
 	return old.State != state || old.ID != j.st.ID || old.Cluster != cluster
 }
@@ -98,11 +99,11 @@ func (j *join) turnedAway(now time.Time) bool {
 }
 
 // shed is how many busy answers the join peer gave since it last took
-// this node in, and when the last came.
-func (j *join) shed() (int, time.Time) {
+// this node in, when the last came, and whether it ever took it in.
+func (j *join) shed() (sheds int, at time.Time, joined bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.sheds, j.shedAt
+	return j.sheds, j.shedAt, j.joined
 }
 
 // connected records a new connection to id, unless its hello has been
@@ -148,8 +149,10 @@ func (j *join) redialSilent(d time.Duration) bool {
 // stayed alone for as long as it ran, since the peer was "connected".
 const joinUnheard = 2 * helloTimeout
 
-// keepJoined keeps a --join peer connected for the node's whole life: it
-// dials it, and dials again with backoff whenever it is not connected.
+// keepJoined dials a --join peer, and dials it again with backoff whenever
+// it is not connected and joinDue says so: until it has taken this node
+// in, and after that whenever this node is short of peers, for the node's
+// whole life.
 func (n *Node) keepJoined(j *join) {
 	if id := j.target.id; id != "" {
 		n.host.ConnManager().Protect(id, "tribe-join")
@@ -207,22 +210,37 @@ func (n *Node) keepJoined(j *join) {
 var errJoinSelf = errors.New("node: the join address is this node's own")
 
 // joinDue reports whether a join peer that is not connected should be
-// dialled now. One that turned this node away (busy, see shed.go) is
-// dialled again only while this node is short of peers, and has been for a
-// discovery round (the records and remembered peers did not make up for
-// the loss: a node that holds about TargetPeers is short after any trim),
-// and then after a backoff that grows with each busy answer: its role, letting this node
-// in, is done, and a fleet of joiners coming back to it would be the storm
-// it shed.
+// dialled now (joinDueAt).
 func (n *Node) joinDue(j *join) bool {
-	sheds, at := j.shed()
-	if sheds == 0 {
+	sheds, at, joined := j.shed()
+	short := len(n.ConnectedPeers()) < n.cfg.TargetPeers && n.shortARound()
+	return joinDueAt(sheds, at, joined, short, n.now(), n.cfg.BackoffMin, n.cfg.BackoffMax)
+}
+
+// joinDueAt decides whether to dial a join peer that is not connected, at
+// now. Until it has taken this node in, and has not turned it away, it is
+// dialled (on the join's own backoff). Once it has done either, its part
+// is done: it is dialled again only while this node is short of peers,
+// and has been for a discovery round (the records and remembered peers
+// did not make up for the loss: a node that holds about TargetPeers is
+// short after any trim); after busy answers, only once a backoff that
+// grows with each has passed. A seed that holds more than ConnHigh peers
+// trims the oldest, the fleet's first joiners among them: were they to
+// dial it again at once, it would take them back, go over ConnHigh again
+// and trim again, a minute later (the connection manager's grace), for as
+// long as the fleet is larger than ConnHigh. Seen with 140 agents joining
+// one seed on two cores: the seed's handshakes were taken by that cycle,
+// and the last joiners' handshakes timed out.
+func joinDueAt(sheds int, shedAt time.Time, joined, short bool, now time.Time, lo, hi time.Duration) bool {
+	switch {
+	case sheds == 0 && !joined:
+		return true
+	case !short:
+		return false
+	case sheds == 0:
 		return true
 	}
-	if len(n.ConnectedPeers()) >= n.cfg.TargetPeers || !n.shortARound() {
-		return false
-	}
-	return n.now().Sub(at) >= backoff(sheds, n.cfg.BackoffMin, n.cfg.BackoffMax, 0.5)
+	return now.Sub(shedAt) >= backoff(sheds, lo, hi, 0.5)
 }
 
 // joinTurnedAway marks the --join entries of p busy.

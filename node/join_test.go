@@ -1,14 +1,12 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,27 +14,10 @@ import (
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
 
+	"github.com/tribeagent/tribe/internal/syncbuf"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
 )
-
-// lockedBuffer collects logs written from the node's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // joinOf is n's status of its only --join address.
 func joinOf(t *testing.T, n *Node) api.Join {
@@ -77,7 +58,7 @@ func TestJoinByHostPortLearnsThePeerID(t *testing.T) {
 
 func TestJoinOfAnotherClusterIsReported(t *testing.T) {
 	a := startNode(t, loopbackConfig(t, "a"))
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	c := loopbackConfig(t, "b")
 	c.Cluster = "other"
 	c.Join = []string{tcpAddr(a)}
@@ -177,7 +158,7 @@ func TestJoinPeerSilentIsDialledAgain(t *testing.T) {
 
 	var offset atomic.Int64 // the node's clock runs ahead of the real one by this
 	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	c := loopbackConfig(t, "a")
 	c.Join = []string{h.Addrs()[0].String() + "/p2p/" + h.ID().String()}
 	n := startNodeDeps(t, c, Deps{Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: clock})
@@ -228,7 +209,7 @@ func TestJoinPeerDownIsDialledOnTheJoinsOwnBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	cb := loopbackConfig(t, "b")
 	cb.Join = []string{addr}
 	cb.BackoffMin, cb.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
@@ -243,4 +224,76 @@ func TestJoinPeerDownIsDialledOnTheJoinsOwnBackoff(t *testing.T) {
 	ca.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/" + tcp}
 	startNode(t, ca) // a again: its data dir keeps its identity
 	waitFor(t, "b to join a once it is back", func() bool { return joinOf(t, b).State == api.JoinJoined })
+}
+
+func TestJoinDueAt(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	lo, hi := time.Second, time.Minute
+	for _, c := range []struct {
+		name          string
+		sheds         int
+		shedAgo       time.Duration
+		joined, short bool
+		want          bool
+	}{
+		{"never joined, never turned away: dialled", 0, 0, false, false, true},
+		{"never joined, short: dialled", 0, 0, false, true, true},
+		{"joined once, not short: its part is done", 0, 0, true, false, false},
+		{"joined once, short: dialled", 0, 0, true, true, true},
+		{"turned away, not short", 1, time.Hour, false, false, false},
+		{"turned away, short, within the backoff", 1, 100 * time.Millisecond, false, true, false},
+		{"turned away, short, past the backoff", 1, 2 * time.Second, false, true, true},
+		{"turned away three times, short, within that backoff", 3, 3 * time.Second, true, true, false},
+		{"turned away three times, short, past that backoff", 3, 4 * time.Second, true, true, true},
+	} {
+		if got := joinDueAt(c.sheds, t0.Add(-c.shedAgo), c.joined, c.short, t0, lo, hi); got != c.want {
+			t.Errorf("%s: due %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A seed over its ConnHigh trims its oldest peers. A node it took in
+// that still holds TargetPeers does not dial it again (a fleet's first
+// joiners would otherwise fill it again at once, a trim cycle a minute);
+// once short of peers, it does.
+func TestTrimmedJoinPeerIsDialledAgainOnlyWhenShort(t *testing.T) {
+	quiet := func(name string) Config {
+		c := loopbackConfig(t, name)
+		c.ProbeInterval = time.Hour // no probe dials a member
+		c.DiscoveryInterval = time.Hour
+		c.BackoffMin = 20 * time.Millisecond
+		return c
+	}
+	a, c := startNode(t, quiet("a")), startNode(t, quiet("c"))
+	cb := quiet("b")
+	cb.Join = []string{tcpAddr(a), tcpAddr(c)}
+	cb.TargetPeers = 1
+	cb.DiscoveryInterval = 100 * time.Millisecond
+	cb.DHT = false // its routing table, low, would dial its bootstrap peers (the join peers) itself
+	b := startNode(t, cb)
+	joined := func(n *Node) bool {
+		st, err := b.Status(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, j := range st.Joins {
+			if j.ID == n.ID().String() && j.State != api.JoinJoined {
+				return false
+			}
+		}
+		return b.isConnected(n.ID())
+	}
+	waitFor(t, "b to join a and c", func() bool { return joined(a) && joined(c) })
+
+	a.Host().Network().ClosePeer(b.ID()) // a's trim
+	// An absence, so a wait: ten of the join loop's rechecks (10 × BackoffMin).
+	time.Sleep(10 * 10 * cb.BackoffMin)
+	if b.isConnected(a.ID()) {
+		t.Fatal("b dialled a again after a trimmed it, though it holds c")
+	}
+
+	if err := c.Close(); err != nil { // b is short now
+		t.Fatal(err)
+	}
+	waitFor(t, "b, short of peers, to dial a again", func() bool { return b.isConnected(a.ID()) })
 }

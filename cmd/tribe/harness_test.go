@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/syncbuf"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -50,27 +51,8 @@ type agentProc struct {
 	files string // a web agent's dir for the files its commands write
 	args  []string
 	cmd   *exec.Cmd
-	log   *logBuffer
+	log   *syncbuf.Buffer // the process's output, read while it runs
 	done  chan error
-}
-
-// logBuffer holds an agent's output: the process's output is copied into
-// it while tests and failure messages read it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // shortTempDir makes a data dir whose socket path fits a Unix socket.
@@ -152,7 +134,7 @@ func (a *agentProc) startCmd(cmd *exec.Cmd) {
 func (a *agentProc) launch(cmd *exec.Cmd) {
 	a.t.Helper()
 	a.cmd = cmd
-	a.log = new(logBuffer)
+	a.log = new(syncbuf.Buffer)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		a.t.Fatal(err)

@@ -2,7 +2,6 @@ package external
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/syncbuf"
 	"github.com/tribeagent/tribe/plugins/external/wire"
 	"github.com/tribeagent/tribe/plugins/sdk"
 )
@@ -158,31 +158,13 @@ func pluginPathB(t testing.TB, name string) string {
 	return path
 }
 
-// syncBuffer is a log sink the plugin's goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func testConfig(log *syncBuffer) Config {
+func testConfig(log *syncbuf.Buffer) Config {
 	return Config{Log: slog.New(slog.NewTextHandler(log, nil)), HandshakeTimeout: 2 * time.Second,
 		KillGrace: 200 * time.Millisecond, StopGrace: time.Second, BackoffMin: 10 * time.Millisecond,
 		BackoffMax: 50 * time.Millisecond, CrashLimit: 3, CrashWindow: time.Minute}
 }
 
-func start(t *testing.T, name string, log *syncBuffer) *Plugin {
+func start(t *testing.T, name string, log *syncbuf.Buffer) *Plugin {
 	t.Helper()
 	p, err := Start(pluginPath(t, name), testConfig(log))
 	if err != nil {
@@ -215,7 +197,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestHandshakeAndCall(t *testing.T) {
-	p := start(t, "good", &syncBuffer{})
+	p := start(t, "good", &syncbuf.Buffer{})
 	if p.Name() != "good" || p.Version() != "1.2.3" || p.Kind() != "processor" {
 		t.Fatalf("handshake: %s %s %s", p.Name(), p.Version(), p.Kind())
 	}
@@ -236,7 +218,7 @@ func equal(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, 
 // A call past its deadline, or cancelled, returns at once; a plugin that
 // honours the cancel keeps running.
 func TestDeadlineAndCancel(t *testing.T) {
-	p := start(t, "good", &syncBuffer{})
+	p := start(t, "good", &syncbuf.Buffer{})
 	begin := time.Now()
 	if _, err := call(p, 100*time.Millisecond, "sleep", `5000`); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("sleep past its deadline: %v", err)
@@ -262,7 +244,7 @@ func TestDeadlineAndCancel(t *testing.T) {
 // reads the plugin's stdout, also while some of them end at their
 // deadline in the middle of reading.
 func TestConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
-	p := start(t, "good", &syncBuffer{})
+	p := start(t, "good", &syncbuf.Buffer{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := range 64 {
@@ -299,7 +281,7 @@ func TestConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
 // An answer a plugin writes just before it exits reaches its call, read
 // by the call or, when no call is reading then, by the process's end.
 func TestAnswerBeforeExitIsKept(t *testing.T) {
-	p := start(t, "answerexit", &syncBuffer{})
+	p := start(t, "answerexit", &syncbuf.Buffer{})
 	first := p.current()
 	if out, err := call(p, 5*time.Second, "echo", `1`); err != nil || out != `"last words"` {
 		t.Fatalf("a call answered as the plugin exits: %s %v", out, err)
@@ -319,7 +301,7 @@ func TestAnswerBeforeExitIsKept(t *testing.T) {
 // A plugin blocked writing lines nobody read (no call was waiting) still
 // stops by itself when asked: the shutdown's wait reads them.
 func TestCloseReadsWhatAnIdlePluginWrote(t *testing.T) {
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	cfg := testConfig(log)
 	cfg.StopGrace = 10 * time.Second // the race detector holds an exit for 1 s
 	p, err := Start(pluginPath(t, "chatty"), cfg)
@@ -337,7 +319,7 @@ func TestCloseReadsWhatAnIdlePluginWrote(t *testing.T) {
 // waiting on it fails at once instead of at its deadline, and the plugin
 // is killed and started again.
 func TestClosedStdoutIsKilled(t *testing.T) {
-	p := start(t, "closeout", &syncBuffer{})
+	p := start(t, "closeout", &syncbuf.Buffer{})
 	first := p.current()
 	// Without the rule the call would end at its deadline instead.
 	if _, err := call(p, time.Minute, "echo", `1`); err == nil || !strings.Contains(err.Error(), "ended mid-call") || !strings.Contains(err.Error(), "closed its stdout") {
@@ -349,7 +331,7 @@ func TestClosedStdoutIsKilled(t *testing.T) {
 // A plugin that crashes mid-call fails that call, saying so, and is
 // started again.
 func TestCrashMidCallRestarts(t *testing.T) {
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	p := start(t, "good", log)
 	first := p.current()
 	_, err := call(p, time.Second, "crash", `null`)
@@ -368,7 +350,7 @@ func TestCrashMidCallRestarts(t *testing.T) {
 // A plugin that ignores its deadline is killed KillGrace later and
 // restarted; meanwhile another plugin answers as usual.
 func TestHungPluginIsKilled(t *testing.T) {
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	hung, other := start(t, "good", log), start(t, "other", log)
 	first := hung.current()
 	if _, err := call(hung, 50*time.Millisecond, "hang", `null`); !errors.Is(err, context.DeadlineExceeded) {
@@ -391,21 +373,21 @@ func TestLoadErrors(t *testing.T) {
 		"silent":    "no handshake answer within",
 		"wrongname": "a plugin is named after its file",
 	} {
-		cfg := testConfig(&syncBuffer{})
+		cfg := testConfig(&syncbuf.Buffer{})
 		cfg.HandshakeTimeout = 300 * time.Millisecond
 		_, err := Start(pluginPath(t, name), cfg)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "plugin "+name) {
 			t.Errorf("%s: %v, want it to say %q", name, err, want)
 		}
 	}
-	if _, err := Start(filepath.Join(t.TempDir(), "missing"), testConfig(&syncBuffer{})); err == nil {
+	if _, err := Start(filepath.Join(t.TempDir(), "missing"), testConfig(&syncbuf.Buffer{})); err == nil {
 		t.Error("a missing file started")
 	}
 }
 
 // An answer over the cap fails its call and restarts the plugin.
 func TestHugeAnswerIsCapped(t *testing.T) {
-	p := start(t, "good", &syncBuffer{})
+	p := start(t, "good", &syncbuf.Buffer{})
 	first := p.current()
 	if _, err := call(p, 5*time.Second, "huge", `null`); err == nil || !strings.Contains(err.Error(), "an answer over") {
 		t.Fatalf("huge: %v", err)
@@ -418,7 +400,7 @@ func TestHugeAnswerIsCapped(t *testing.T) {
 
 // Repeated crashes are reported, with the last reason.
 func TestRepeatedCrashesReported(t *testing.T) {
-	p := start(t, "crashy", &syncBuffer{})
+	p := start(t, "crashy", &syncbuf.Buffer{})
 	waitFor(t, "the crash limit", func() bool {
 		err := p.Health()
 		return err != nil && strings.Contains(err.Error(), "crashed 3 times")
@@ -431,7 +413,7 @@ func TestRepeatedCrashesReported(t *testing.T) {
 // stderr lines go to the agent's log with the plugin's name; Close stops
 // the process.
 func TestStderrAndClose(t *testing.T) {
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	p := start(t, "good", log)
 	if _, err := call(p, time.Second, "complain", `"disk nearly full"`); err != nil {
 		t.Fatal(err)
@@ -470,7 +452,7 @@ func TestFind(t *testing.T) {
 // lines reaches the log only so fast.
 func TestEnvAndStderrFlood(t *testing.T) {
 	t.Setenv("TRIBE_SECRET", "s3cret")
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	p := start(t, "good", log)
 	out, err := call(p, time.Second, "env", `null`)
 	if err != nil || strings.Contains(out, "s3cret") || !strings.Contains(out, "TRIBE_PLUGIN=good") {
@@ -491,7 +473,7 @@ func TestEnvAndStderrFlood(t *testing.T) {
 // Lines that break the protocol after the handshake are ignored, and
 // logged at most once a second; the plugin goes on answering.
 func TestGarbageAfterTheHandshake(t *testing.T) {
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	p := start(t, "good", log)
 	if out, err := call(p, 5*time.Second, "garble", `500`); err != nil || out != `"garbled"` {
 		t.Fatalf("garble: %s %v", out, err)

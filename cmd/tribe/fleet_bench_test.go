@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,13 +40,21 @@ func BenchmarkFanOut200Agents(b *testing.B) {
 		results, stderr, code := callLines(b, caller, append(append([]string{"--timeout", "2m"}, target...), "echo", "echo", `{"ping":1}`)...)
 		took := time.Since(t0)
 		ok := 0
+		failed := map[string]int{} // by code
+		var first []string
 		for _, r := range results {
 			if r.OK {
 				ok++
+				continue
+			}
+			failed[r.Code]++
+			if len(first) < 5 {
+				first = append(first, fmt.Sprintf("%s: %s (%s, %.0f ms)", r.Name, r.Error, r.Code, r.MS))
 			}
 		}
 		if code != 0 || ok != want {
-			b.Fatalf("tribe call %v: %d of %d answered ok (exit %d)\n%s", target, ok, want, code, stderr)
+			b.Fatalf("tribe call %v: %d of %d answered ok (exit %d); failed by code %v, the first: %s\n%s",
+				target, ok, want, code, failed, strings.Join(first, "; "), stderr)
 		}
 		return took
 	}

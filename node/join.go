@@ -98,6 +98,19 @@ func (j *join) turnedAway(now time.Time) bool {
 	return was != api.JoinBusy
 }
 
+// rest marks a join peer that took this node in, and is not connected
+// nor to be dialled now, done (unless it said busy, which stands), and
+// reports whether that is a change.
+func (j *join) rest() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.joined || j.st.State == api.JoinBusy || j.st.State == api.JoinDone {
+		return false
+	}
+	j.st.State, j.st.Error = api.JoinDone, ""
+	return true
+}
+
 // shed is how many busy answers the join peer gave since it last took
 // this node in, when the last came, and whether it ever took it in.
 func (j *join) shed() (sheds int, at time.Time, joined bool) {
@@ -165,6 +178,11 @@ func (n *Node) keepJoined(j *join) {
 	for {
 		wait := recheck
 		if id := j.peer(); id != "" && n.isConnected(id) {
+			// Connected again by other means (its dial, a probe): what
+			// it said last time stands.
+			if h, ok := n.peers.get(id); ok && j.status().State == api.JoinDone {
+				n.joinHeard(id, h)
+			}
 			if d, ok := j.unheard(n.now()); ok && d >= joinUnheard {
 				level := slog.LevelDebug
 				if j.redialSilent(d) {
@@ -175,7 +193,13 @@ func (n *Node) keepJoined(j *join) {
 				n.host.Network().ClosePeer(id)
 			}
 		}
-		if id := j.peer(); (id == "" || n.host.Network().Connectedness(id) != network.Connected) && n.joinDue(j) {
+		switch id := j.peer(); {
+		case id != "" && n.host.Network().Connectedness(id) == network.Connected:
+		case !n.joinDue(j):
+			if j.rest() {
+				n.log.Debug("join peer not connected; its part is done: dialled again only while short of peers", "addr", j.target.given)
+			}
+		default:
 			id, err := n.dialJoin(j)
 			switch {
 			case errors.Is(err, errJoinSelf):

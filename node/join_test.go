@@ -271,18 +271,20 @@ func TestTrimmedJoinPeerIsDialledAgainOnlyWhenShort(t *testing.T) {
 	cb.DiscoveryInterval = 100 * time.Millisecond
 	cb.DHT = false // its routing table, low, would dial its bootstrap peers (the join peers) itself
 	b := startNode(t, cb)
-	joined := func(n *Node) bool {
+	// joinState is how b's join of n fares.
+	joinState := func(n *Node) string {
 		st, err := b.Status(context.Background())
 		if err != nil {
-			return false
+			t.Fatal(err)
 		}
 		for _, j := range st.Joins {
-			if j.ID == n.ID().String() && j.State != api.JoinJoined {
-				return false
+			if j.ID == n.ID().String() {
+				return j.State
 			}
 		}
-		return b.isConnected(n.ID())
+		return ""
 	}
+	joined := func(n *Node) bool { return joinState(n) == api.JoinJoined && b.isConnected(n.ID()) }
 	waitFor(t, "b to join a and c", func() bool { return joined(a) && joined(c) })
 
 	a.Host().Network().ClosePeer(b.ID()) // a's trim
@@ -291,9 +293,12 @@ func TestTrimmedJoinPeerIsDialledAgainOnlyWhenShort(t *testing.T) {
 	if b.isConnected(a.ID()) {
 		t.Fatal("b dialled a again after a trimmed it, though it holds c")
 	}
+	if st := joinState(a); st != api.JoinDone {
+		t.Fatalf("b's join of a, not connected and not dialled, is %q, want %q", st, api.JoinDone)
+	}
 
 	if err := c.Close(); err != nil { // b is short now
 		t.Fatal(err)
 	}
-	waitFor(t, "b, short of peers, to dial a again", func() bool { return b.isConnected(a.ID()) })
+	waitFor(t, "b, short of peers, to dial a again", func() bool { return joined(a) })
 }

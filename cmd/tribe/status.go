@@ -143,6 +143,8 @@ func joinText(j api.Join) string {
 		return "unreachable, retrying: " + j.Error
 	case api.JoinSelf:
 		return "this node's own address: ignored"
+	case api.JoinDone:
+		return "took this node in (" + j.ID + "); not connected now, dialled again if short of peers"
 	}
 	return j.State
 }

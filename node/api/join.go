@@ -9,6 +9,7 @@ const (
 	JoinOtherCluster = "other_cluster" // connected, but the peer is of Cluster, not ours
 	JoinSelf         = "self"          // the address is this node's own: ignored
 	JoinBusy         = "busy"          // it holds as many peers as it keeps and turned this node away, naming others
+	JoinDone         = "done"          // it took this node in; not connected now, dialled again only while this node is short of peers
 )
 
 // Join is how one --join address fares.

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -34,6 +36,8 @@ type Caller struct {
 	kept   *keptSet    // empty of room (max 0) for a Caller that keeps nothing
 	sweep  *time.Timer // closes kept streams past keptIdle; armed while any is kept
 	closed bool
+
+	dialRetries atomic.Int64
 }
 
 // NewCaller makes a caller that keeps at most max streams open between
@@ -146,7 +150,7 @@ func (c *Caller) Call(ctx context.Context, p peer.ID, req Request) Response {
 		}
 		// The callee had closed the stream, unread: a new one.
 	}
-	st, err := c.host.NewStream(ctx, p, ProtocolID)
+	st, err := c.newStream(ctx, p)
 	if err != nil {
 		if r, ok := ctxFailure(ctx, req.ID); ok {
 			return r
@@ -161,6 +165,62 @@ func (c *Caller) Call(ctx context.Context, p peer.ID, req Request) Response {
 	resp, _ := c.callOn(ctx, &callStream{st: st, br: bufio.NewReader(st), peer: p}, req, b, false)
 	return resp
 }
+
+// newStream opens a call stream to p. A dial that timed out (a TCP
+// connect or handshake not done by the swarm's dial deadline, 5 s on a
+// LAN: the callee or this node too busy to finish it, as on a host whose
+// cores a join storm holds) is tried again after a pause, for as long as
+// the call's context lasts: the call has a deadline of its own, and the
+// dial's says nothing about it. Any other failure, a refusal (nothing
+// listens there) first of all, is final at once.
+func (c *Caller) newStream(ctx context.Context, p peer.ID) (network.Stream, error) {
+	wait := dialRetryFirst
+	for {
+		st, err := c.host.NewStream(ctx, p, ProtocolID)
+		if err == nil || ctx.Err() != nil || !dialTimedOut(err) {
+			return st, err
+		}
+		c.dialRetries.Add(1)
+		t := time.NewTimer(jitter(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, dialRetryMax)
+		// The failure put p in the swarm's dial backoff, which would
+		// answer the next dial at once without dialling.
+		ctx = network.WithForceDirectDial(ctx, "a call's dial that timed out, tried again")
+	}
+}
+
+// The pauses between a call's dials that timed out: dialRetryFirst,
+// doubling up to dialRetryMax, each ±20%. Variables for tests.
+var (
+	dialRetryFirst = 500 * time.Millisecond
+	dialRetryMax   = 5 * time.Second
+)
+
+// jitter is d ±20%, so that the dials of one fan-out that all timed out
+// together are not all tried again together.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}
+
+// dialTimedOut reports a dial error from a deadline inside the dial (an
+// address's connect or handshake timed out), as opposed to a refusal, an
+// unreachable network, a peer ID that does not match, or a limit.
+func dialTimedOut(err error) bool {
+	if errors.Is(err, network.ErrResourceLimitExceeded) {
+		return false
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// DialRetries is how many times the caller dialled a callee again after a
+// dial that timed out.
+func (c *Caller) DialRetries() int64 { return c.dialRetries.Load() }
 
 // callOn makes the call req (encoded as b) on cs, then keeps cs or
 // closes it. On a kept stream (reused) that the callee closed before

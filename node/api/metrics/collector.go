@@ -56,6 +56,9 @@ var (
 	descJoinRedials = prometheus.NewDesc("tribe_join_redials_total",
 		"Connections to a --join peer closed and dialled again because the peer said no hello in 20 s.",
 		nil, nil)
+	descCallDialRetries = prometheus.NewDesc("tribe_call_dial_retries_total",
+		"Dials of a callee made again, within the call's deadline, after one timed out (a connect or handshake the callee or this node was too busy to finish).",
+		nil, nil)
 	descCommits = prometheus.NewDesc("tribe_store_commits_total",
 		"Write transactions of the state store, each a disk sync; writes that arrive together share one.", nil, nil)
 	descPlugins = prometheus.NewDesc("tribe_plugins",
@@ -70,7 +73,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCommits, descPlugins} {
+		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -113,6 +116,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPullsFailed, s.Sync.Failed)
 	counter(descRelinks, s.Sync.Relinks)
 	counter(descJoinRedials, s.Sync.JoinRedials)
+	counter(descCallDialRetries, s.CallDialRetries)
 	counter(descRounds, s.Sync.Rounds)
 	counter(descSyncBytes, s.Sync.BytesSent, "sent")
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")

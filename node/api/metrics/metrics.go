@@ -86,6 +86,9 @@ type Snapshot struct {
 	// Plugins counts this node's (tribe, plugin) instances by state:
 	// loaded or error.
 	Plugins map[string]int
+	// CallDialRetries is dials of a callee made again, within the call's
+	// deadline, after one timed out.
+	CallDialRetries int64
 }
 
 // Pubsub is what pubsub sent and received, by part (rpc, message, ihave,

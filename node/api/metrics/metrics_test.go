@@ -111,6 +111,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		Pubsub:           Pubsub{Sent: map[string]int64{"rpc": 30, "ihave": 6}, Received: map[string]int64{"message": 11}, Duplicates: 5},
 		Sync:             Sync{Pulls: 10, Failed: 1, Rounds: 14, BytesSent: 1000, BytesRecv: 5000, Fetched: 9, Applied: 8, Shared: 6, Relayed: 4, Relinks: 3, JoinRedials: 2},
 		Plugins:          map[string]int{"loaded": 2, "error": 1},
+		CallDialRetries:  13,
 	}}
 	m := New(src)
 	h := m.Handler(src, quiet)
@@ -147,6 +148,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		{"tribe_sync_pulls_failed_total", nil, 1, dto.MetricType_COUNTER},
 		{"tribe_peer_relinks_total", nil, 3, dto.MetricType_COUNTER},
 		{"tribe_join_redials_total", nil, 2, dto.MetricType_COUNTER},
+		{"tribe_call_dial_retries_total", nil, 13, dto.MetricType_COUNTER},
 		{"tribe_sync_rounds_total", nil, 14, dto.MetricType_COUNTER},
 		{"tribe_sync_bytes_total", map[string]string{"direction": "sent"}, 1000, dto.MetricType_COUNTER},
 		{"tribe_sync_bytes_total", map[string]string{"direction": "received"}, 5000, dto.MetricType_COUNTER},

@@ -1,0 +1,246 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// stallProxy stands between a caller and a callee on loopback: the first
+// stall connections it accepts it holds open and silent, as a host too
+// busy to answer its handshake would; the ones after are relayed to to.
+type stallProxy struct {
+	ln       net.Listener
+	to       string
+	mu       sync.Mutex
+	stall    int
+	accepted int
+	held     []net.Conn
+}
+
+func newStallProxy(t *testing.T, to string, stall int) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{ln: ln, to: to, stall: stall}
+	t.Cleanup(p.close)
+	go p.serve()
+	return p
+}
+
+func (p *stallProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.accepted++
+		stall := p.accepted <= p.stall
+		if stall {
+			p.held = append(p.held, c)
+		}
+		p.mu.Unlock()
+		if !stall {
+			go relay(c, p.to)
+		}
+	}
+}
+
+func relay(c net.Conn, to string) {
+	d, err := net.Dial("tcp", to)
+	if err != nil {
+		c.Close()
+		return
+	}
+	go func() { io.Copy(d, c); d.Close() }()
+	io.Copy(c, d)
+	c.Close()
+}
+
+func (p *stallProxy) connections() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+func (p *stallProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.held {
+		c.Close()
+	}
+}
+
+// quickDialer is a caller whose dials on loopback give up after 300 ms
+// (5 s by default), so that a stalled dial times out quickly.
+func quickDialer(t *testing.T) host.Host {
+	t.Helper()
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(),
+		libp2p.SwarmOpts(swarm.WithDialTimeout(300*time.Millisecond), swarm.WithDialTimeoutLocal(300*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// tcpAddr is h's TCP address on loopback as HOST:PORT.
+func tcpAddr(t *testing.T, h host.Host) string {
+	t.Helper()
+	for _, a := range h.Addrs() {
+		if ip, err := a.ValueForProtocol(ma.P_IP4); err == nil {
+			if port, err := a.ValueForProtocol(ma.P_TCP); err == nil {
+				return net.JoinHostPort(ip, port)
+			}
+		}
+	}
+	t.Fatalf("%s has no TCP address", h.ID())
+	return ""
+}
+
+// echoCallee is a host serving echo to caller.
+func echoCallee(t *testing.T, caller peer.ID) host.Host {
+	t.Helper()
+	h := newHost(t)
+	echo, err := Builtins(Env{}).Load("echo", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := &tableAuth{allowed: map[peer.ID]bool{caller: true}, instances: map[string]*Instance{"echo": echo}}
+	s := NewServer(h, auth, slog.New(slog.DiscardHandler))
+	s.Start()
+	t.Cleanup(func() { s.Close() })
+	return h
+}
+
+// TestCallDialsAgainAfterADialTimedOut: a callee whose first two
+// connections are never answered (a host too busy to finish a handshake
+// before the dial's deadline) is dialled again within the call's
+// deadline, and answers; each dial again is counted.
+func TestCallDialsAgainAfterADialTimedOut(t *testing.T) {
+	defer shortRetries()()
+	caller := quickDialer(t)
+	callee := echoCallee(t, caller.ID())
+	proxy := newStallProxy(t, tcpAddr(t, callee), 2)
+	caller.Peerstore().AddAddr(callee.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+port(proxy.ln)), time.Hour)
+	c := NewCaller(caller, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := c.Call(ctx, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo", Args: json.RawMessage(`{"ping":1}`)})
+	if !resp.OK || string(resp.Result) != `{"ping":1}` {
+		t.Fatalf("call through a callee that let two dials time out: %+v", resp)
+	}
+	if got := proxy.connections(); got != 3 {
+		t.Fatalf("%d connections reached the callee's address, want 3 (two timed out, then the call's)", got)
+	}
+	if got := c.DialRetries(); got != 2 {
+		t.Fatalf("DialRetries = %d, want 2", got)
+	}
+}
+
+// TestCallDialTimedOutUntilTheDeadline: a callee that never answers is
+// dialled again until the call's deadline, and the call ends as timed
+// out then, not before.
+func TestCallDialTimedOutUntilTheDeadline(t *testing.T) {
+	defer shortRetries()()
+	caller := quickDialer(t)
+	callee := echoCallee(t, caller.ID())
+	proxy := newStallProxy(t, tcpAddr(t, callee), 1<<30)
+	caller.Peerstore().AddAddr(callee.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+port(proxy.ln)), time.Hour)
+	c := NewCaller(caller, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp := c.Call(ctx, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo"})
+	if resp.Code != CodeTimeout {
+		t.Fatalf("call to a callee that never answers: %+v, want %s", resp, CodeTimeout)
+	}
+	if proxy.connections() < 2 || c.DialRetries() < 1 {
+		t.Fatalf("%d connections, %d dials again: the dial was not tried again", proxy.connections(), c.DialRetries())
+	}
+}
+
+// TestCallRefusedIsNotDialledAgain: an address where nothing listens
+// refuses the connection; that is final, and the call says unreachable
+// at once instead of waiting out its deadline.
+func TestCallRefusedIsNotDialledAgain(t *testing.T) {
+	defer shortRetries()()
+	caller := quickDialer(t)
+	callee := echoCallee(t, caller.ID())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := port(ln)
+	ln.Close()
+	caller.Peerstore().AddAddr(callee.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+closed), time.Hour)
+	c := NewCaller(caller, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp := c.Call(ctx, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo"})
+	if resp.Code != CodeUnreachable || ctx.Err() != nil {
+		t.Fatalf("call to a closed port: %+v (context: %v), want %s before the deadline", resp, ctx.Err(), CodeUnreachable)
+	}
+	if got := c.DialRetries(); got != 0 {
+		t.Fatalf("DialRetries = %d after a refusal, want 0", got)
+	}
+}
+
+func TestDialTimedOut(t *testing.T) {
+	p, _ := peer.Decode("12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA")
+	a := ma.StringCast("/ip4/10.0.0.1/tcp/4001")
+	dialErr := func(causes ...error) error {
+		e := &swarm.DialError{Peer: p, Cause: swarm.ErrAllDialsFailed}
+		for _, c := range causes {
+			e.DialErrors = append(e.DialErrors, swarm.TransportError{Address: a, Cause: c})
+		}
+		return e
+	}
+	timedOut := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a connect that timed out", dialErr(timedOut), true},
+		{"a handshake past its deadline", dialErr(fmt.Errorf("failed to negotiate security protocol: %w", context.DeadlineExceeded)), true},
+		{"one address refused, one timed out", dialErr(refused, timedOut), true},
+		{"refused", dialErr(refused), false},
+		{"dial backoff", swarm.ErrDialBackoff, false},
+		{"no addresses", swarm.ErrNoAddresses, false},
+		{"a resource limit", fmt.Errorf("%w: %w", network.ErrResourceLimitExceeded, context.DeadlineExceeded), false},
+	} {
+		if got := dialTimedOut(c.err); got != c.want {
+			t.Errorf("%s: dialTimedOut = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// shortRetries makes the pauses between dials short for a test; the
+// returned func puts them back.
+func shortRetries() func() {
+	first, most := dialRetryFirst, dialRetryMax
+	dialRetryFirst, dialRetryMax = 50*time.Millisecond, 200*time.Millisecond
+	return func() { dialRetryFirst, dialRetryMax = first, most }
+}
+
+func port(ln net.Listener) string { return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port) }

@@ -151,6 +151,9 @@ type Node struct {
 	// callConnsClosed counts connections opened for a call and closed
 	// after it (releaseCallConn).
 	callConnsClosed atomic.Int64
+	// callDialRetries counts calls made again after their dial timed out
+	// (plugins.FanOut).
+	callDialRetries atomic.Int64
 	drops           gossip.Drops   // what pubsub drops under load
 	traffic         gossip.Traffic // what pubsub sends and receives
 

@@ -589,7 +589,7 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 	defer cancel()
 	start := n.now()
 	sum := api.CallSummary{Targets: len(targets)}
-	plugins.FanOut(ctx, targets, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {
+	again := plugins.FanOut(ctx, targets, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {
 		return n.callOne(ctx, t, plugins.Request{ID: n.callID(), Tribe: t.tribe, Plugin: req.Plugin, Method: req.Method, Args: req.Args})
 	}, func(t callTarget, r plugins.Response) {
 		res := api.CallResult{ID: t.id.String(), Name: t.name, Tribe: t.tribe, OK: r.OK, Result: r.Result,
@@ -605,6 +605,7 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 		}
 		emit(res)
 	})
+	n.callDialRetries.Add(int64(again))
 	sum.MS = msSince(n.now(), start)
 	return sum, nil
 }

@@ -23,7 +23,7 @@ import (
 // with a Code; Call never waits past ctx, and gives p up as gone when it
 // stays silent for Silence. A Caller keeps streams for the next call.
 func Call(ctx context.Context, h host.Host, p peer.ID, req Request) Response {
-	return (&Caller{host: h, kept: newKeptSet(0, 0)}).Call(ctx, p, req)
+	return (&Caller{host: h, kept: newKeptSet(0, 0), dials: newDialWindow()}).Call(ctx, p, req)
 }
 
 // A Caller makes calls, keeping each stream open after its call (at most
@@ -36,14 +36,13 @@ type Caller struct {
 	kept   *keptSet    // empty of room (max 0) for a Caller that keeps nothing
 	sweep  *time.Timer // closes kept streams past keptIdle; armed while any is kept
 	closed bool
-
-	dialRetries atomic.Int64
+	dials  *dialWindow // bounds the dials in flight
 }
 
 // NewCaller makes a caller that keeps at most max streams open between
 // calls.
 func NewCaller(h host.Host, max int) *Caller {
-	return &Caller{host: h, kept: newKeptSet(max, keptPerPeer)}
+	return &Caller{host: h, kept: newKeptSet(max, keptPerPeer), dials: newDialWindow()}
 }
 
 // keptPerPeer bounds the streams a Caller keeps to one callee: a fan-out
@@ -160,52 +159,29 @@ func (c *Caller) Call(ctx context.Context, p peer.ID, req Request) Response {
 			// resource (README, "Connection and stream limits").
 			return Response{ID: req.ID, Code: CodeBusy, Error: "a connection or stream limit is reached, try again or call fewer nodes at once: " + err.Error()}
 		}
-		return Response{ID: req.ID, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error()}
+		// A dial that timed out (a connect or handshake not done by the
+		// swarm's deadline, 5 s on a LAN: the callee or this node too busy
+		// to finish it) may be made again: FanOut does, while the call's
+		// context lasts.
+		return Response{ID: req.ID, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error(), dialTimedOut: dialTimedOut(err)}
 	}
 	resp, _ := c.callOn(ctx, &callStream{st: st, br: bufio.NewReader(st), peer: p}, req, b, false)
 	return resp
 }
 
-// newStream opens a call stream to p. A dial that timed out (a TCP
-// connect or handshake not done by the swarm's dial deadline, 5 s on a
-// LAN: the callee or this node too busy to finish it, as on a host whose
-// cores a join storm holds) is tried again after a pause, for as long as
-// the call's context lasts: the call has a deadline of its own, and the
-// dial's says nothing about it. Any other failure, a refusal (nothing
-// listens there) first of all, is final at once.
+// newStream opens a call stream to p. A dial (no connection to p yet)
+// waits for room in the caller's dial window, and reports back whether it
+// timed out.
 func (c *Caller) newStream(ctx context.Context, p peer.ID) (network.Stream, error) {
-	wait := dialRetryFirst
-	for {
-		st, err := c.host.NewStream(ctx, p, ProtocolID)
-		if err == nil || ctx.Err() != nil || !dialTimedOut(err) {
-			return st, err
-		}
-		c.dialRetries.Add(1)
-		t := time.NewTimer(jitter(wait))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-		wait = min(2*wait, dialRetryMax)
-		// The failure put p in the swarm's dial backoff, which would
-		// answer the next dial at once without dialling.
-		ctx = network.WithForceDirectDial(ctx, "a call's dial that timed out, tried again")
+	if c.host.Network().Connectedness(p) == network.Connected {
+		return c.host.NewStream(ctx, p, ProtocolID)
 	}
-}
-
-// The pauses between a call's dials that timed out: dialRetryFirst,
-// doubling up to dialRetryMax, each ±20%. Variables for tests.
-var (
-	dialRetryFirst = 500 * time.Millisecond
-	dialRetryMax   = 5 * time.Second
-)
-
-// jitter is d ±20%, so that the dials of one fan-out that all timed out
-// together are not all tried again together.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+	if err := c.dials.acquire(ctx); err != nil {
+		return nil, err
+	}
+	st, err := c.host.NewStream(ctx, p, ProtocolID)
+	c.dials.release(err != nil && ctx.Err() == nil && dialTimedOut(err))
+	return st, err
 }
 
 // dialTimedOut reports a dial error from a deadline inside the dial (an
@@ -217,10 +193,6 @@ func dialTimedOut(err error) bool {
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
-
-// DialRetries is how many times the caller dialled a callee again after a
-// dial that timed out.
-func (c *Caller) DialRetries() int64 { return c.dialRetries.Load() }
 
 // callOn makes the call req (encoded as b) on cs, then keeps cs or
 // closes it. On a kept stream (reused) that the callee closed before
@@ -313,28 +285,80 @@ func ctxFailure(ctx context.Context, id string) (Response, bool) {
 // each answer to out as soon as it arrives. out is called from one
 // goroutine at a time; FanOut returns after the last answer, so call must
 // itself respect ctx (Call does).
-func FanOut[T any](ctx context.Context, targets []T, parallel int, call func(context.Context, T) Response, out func(T, Response)) {
+//
+// A call whose dial timed out (a callee, or this node, too busy to finish
+// a handshake by the dial's deadline, which says nothing of the call's) is
+// made again after a pause, dialRetryFirst doubling to dialRetryMax (±20%),
+// for as long as ctx lasts, dialling directly (past the swarm's backoff,
+// which the failure set). The pause holds no slot: the targets behind it
+// go first. FanOut returns how many calls it made again.
+func FanOut[T any](ctx context.Context, targets []T, parallel int, call func(context.Context, T) Response, out func(T, Response)) (again int) {
 	if parallel < 1 {
 		parallel = 1
 	}
 	sem := make(chan struct{}, parallel)
 	var (
-		wg  sync.WaitGroup
-		omu sync.Mutex
+		wg     sync.WaitGroup
+		omu    sync.Mutex
+		agains atomic.Int64
 	)
+	again1 := network.WithForceDirectDial(ctx, "a call's dial that timed out, made again")
 	for _, t := range targets {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
-			resp := call(ctx, t)
-			<-sem
-			omu.Lock()
-			defer omu.Unlock()
-			out(t, resp)
+			cctx, wait := ctx, dialRetryFirst
+			for {
+				resp := call(cctx, t)
+				<-sem
+				if !resp.dialTimedOut || !pause(ctx, jitter(wait)) {
+					omu.Lock()
+					defer omu.Unlock()
+					out(t, resp)
+					return
+				}
+				agains.Add(1)
+				cctx, wait = again1, min(2*wait, dialRetryMax)
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					omu.Lock()
+					defer omu.Unlock()
+					out(t, resp)
+					return
+				}
+			}
 		}()
 	}
 	wg.Wait()
+	return int(agains.Load())
+}
+
+// pause waits d, and reports whether ctx still lasts after it.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// The pauses before a call whose dial timed out is made again:
+// dialRetryFirst, doubling up to dialRetryMax, each ±20%. Variables for
+// tests.
+var (
+	dialRetryFirst = 500 * time.Millisecond
+	dialRetryMax   = 5 * time.Second
+)
+
+// jitter is d ±20%, so that the calls of one fan-out whose dials all timed
+// out together are not all made again together.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
 }
 
 func byteSize(n int) string {

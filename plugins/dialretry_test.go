@@ -132,10 +132,20 @@ func echoCallee(t *testing.T, caller peer.ID) host.Host {
 	return h
 }
 
+// fanOutOne fans one call out to p through c, and returns its answer and
+// how many times FanOut made it again.
+func fanOutOne(ctx context.Context, c *Caller, p peer.ID) (Response, int) {
+	var got Response
+	again := FanOut(ctx, []peer.ID{p}, 4, func(ctx context.Context, p peer.ID) Response {
+		return c.Call(ctx, p, Request{ID: "1", Plugin: "echo", Method: "echo", Args: json.RawMessage(`{"ping":1}`)})
+	}, func(_ peer.ID, r Response) { got = r })
+	return got, again
+}
+
 // TestCallDialsAgainAfterADialTimedOut: a callee whose first two
 // connections are never answered (a host too busy to finish a handshake
 // before the dial's deadline) is dialled again within the call's
-// deadline, and answers; each dial again is counted.
+// deadline, and answers; each call made again is counted.
 func TestCallDialsAgainAfterADialTimedOut(t *testing.T) {
 	defer shortRetries()()
 	caller := quickDialer(t)
@@ -145,21 +155,21 @@ func TestCallDialsAgainAfterADialTimedOut(t *testing.T) {
 	c := NewCaller(caller, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp := c.Call(ctx, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo", Args: json.RawMessage(`{"ping":1}`)})
+	resp, again := fanOutOne(ctx, c, callee.ID())
 	if !resp.OK || string(resp.Result) != `{"ping":1}` {
 		t.Fatalf("call through a callee that let two dials time out: %+v", resp)
 	}
 	if got := proxy.connections(); got != 3 {
 		t.Fatalf("%d connections reached the callee's address, want 3 (two timed out, then the call's)", got)
 	}
-	if got := c.DialRetries(); got != 2 {
-		t.Fatalf("DialRetries = %d, want 2", got)
+	if again != 2 {
+		t.Fatalf("FanOut made the call again %d times, want 2", again)
 	}
 }
 
 // TestCallDialTimedOutUntilTheDeadline: a callee that never answers is
-// dialled again until the call's deadline, and the call ends as timed
-// out then, not before.
+// dialled again until the call's deadline, and the call ends unreachable
+// or timed out then, not before.
 func TestCallDialTimedOutUntilTheDeadline(t *testing.T) {
 	defer shortRetries()()
 	caller := quickDialer(t)
@@ -169,12 +179,12 @@ func TestCallDialTimedOutUntilTheDeadline(t *testing.T) {
 	c := NewCaller(caller, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	resp := c.Call(ctx, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo"})
-	if resp.Code != CodeTimeout {
-		t.Fatalf("call to a callee that never answers: %+v, want %s", resp, CodeTimeout)
+	resp, again := fanOutOne(ctx, c, callee.ID())
+	if resp.OK || (resp.Code != CodeTimeout && resp.Code != CodeUnreachable) || ctx.Err() == nil {
+		t.Fatalf("call to a callee that never answers: %+v (context: %v), want it failed at the deadline", resp, ctx.Err())
 	}
-	if proxy.connections() < 2 || c.DialRetries() < 1 {
-		t.Fatalf("%d connections, %d dials again: the dial was not tried again", proxy.connections(), c.DialRetries())
+	if proxy.connections() < 2 || again < 1 {
+		t.Fatalf("%d connections, made again %d times: the dial was not tried again", proxy.connections(), again)
 	}
 }
 
@@ -195,12 +205,91 @@ func TestCallRefusedIsNotDialledAgain(t *testing.T) {
 	c := NewCaller(caller, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	resp := c.Call(ctx, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo"})
+	resp, again := fanOutOne(ctx, c, callee.ID())
 	if resp.Code != CodeUnreachable || ctx.Err() != nil {
 		t.Fatalf("call to a closed port: %+v (context: %v), want %s before the deadline", resp, ctx.Err(), CodeUnreachable)
 	}
-	if got := c.DialRetries(); got != 0 {
-		t.Fatalf("DialRetries = %d after a refusal, want 0", got)
+	if again != 0 {
+		t.Fatalf("made again %d times after a refusal, want 0", again)
+	}
+}
+
+// TestRetryHoldsNoSlot: while one target's call waits to be made again,
+// its slot goes to the next target: with one slot, a target behind one
+// that never answers is answered long before the deadline.
+func TestRetryHoldsNoSlot(t *testing.T) {
+	defer shortRetries()()
+	caller := quickDialer(t)
+	stalled := echoCallee(t, caller.ID())
+	proxy := newStallProxy(t, tcpAddr(t, stalled), 1<<30)
+	caller.Peerstore().AddAddr(stalled.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+port(proxy.ln)), time.Hour)
+	fine := echoCallee(t, caller.ID())
+	caller.Peerstore().AddAddrs(fine.ID(), fine.Addrs(), time.Hour)
+	c := NewCaller(caller, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	answered := map[peer.ID]error{}
+	FanOut(ctx, []peer.ID{stalled.ID(), fine.ID()}, 1, func(ctx context.Context, p peer.ID) Response {
+		return c.Call(ctx, p, Request{ID: "1", Plugin: "echo", Method: "echo"})
+	}, func(p peer.ID, r Response) {
+		mu.Lock()
+		defer mu.Unlock()
+		answered[p] = ctx.Err()
+		if p == fine.ID() && !r.OK {
+			t.Errorf("the target behind a stalled one: %+v", r)
+		}
+	})
+	if err, ok := answered[fine.ID()]; !ok || err != nil {
+		t.Fatalf("the target behind a stalled one was answered after the deadline (%v), or never (%v)", err, ok)
+	}
+}
+
+func TestDialWindow(t *testing.T) {
+	w := newDialWindow()
+	ctx := context.Background()
+	for range maxDials {
+		if err := w.acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := w.acquire(short); err == nil {
+		t.Fatalf("a dial past the window (%d) did not wait", maxDials)
+	}
+	// A timeout halves the window: 63 in flight, 32 allowed.
+	w.release(true)
+	if w.size() != maxDials/2 {
+		t.Fatalf("window %d after a timeout, want %d", w.size(), maxDials/2)
+	}
+	for range 10 {
+		w.release(true)
+	}
+	if w.size() != minDials {
+		t.Fatalf("window %d after many timeouts, want the floor %d", w.size(), minDials)
+	}
+	// 53 in flight: releases without a timeout widen it by one each.
+	for range 48 {
+		w.release(false)
+	}
+	if w.size() != minDials+48 || w.inFlight != 5 {
+		t.Fatalf("window %d with %d in flight after 48 dials done, want %d and 5", w.size(), w.inFlight, minDials+48)
+	}
+	// Filled again, one more dial waits until a dial ends.
+	for range minDials + 48 - 5 {
+		w.acquire(ctx)
+	}
+	got := make(chan error, 1)
+	go func() { got <- w.acquire(ctx) }()
+	select {
+	case err := <-got:
+		t.Fatalf("acquired past a full window: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.release(false)
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }
 

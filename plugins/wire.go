@@ -93,6 +93,9 @@ type Response struct {
 	Code   Code            `json:"code,omitempty"`
 	// Duration is how long the call ran on the callee, in nanoseconds.
 	Duration time.Duration `json:"duration"`
+	// dialTimedOut marks the caller's own failure to dial the callee in
+	// time (never on the wire): FanOut makes such a call again.
+	dialTimedOut bool
 }
 
 // Code classifies a failed call.

@@ -260,12 +260,15 @@ func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(nam
 			b.Fatal(err)
 		}
 	}
-	for {
+	// Loading gets as long again, from when it was asked.
+	asked := time.Now()
+	deadline = asked.Add(deadline.Sub(started))
+	for said := asked; ; {
 		ps, err := c.Plugins(ctx, "")
-		loaded := 0
+		loaded, states := 0, map[string]int{}
 		for _, p := range ps {
 			for _, pn := range p.Nodes {
-				if pn.State == "loaded" {
+				if states[pn.State]++; pn.State == "loaded" {
 					loaded++
 				}
 			}
@@ -274,7 +277,12 @@ func echoFleet(b *testing.B, prefix string, n int, trusted bool, tribes func(nam
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("echo loaded on %d of %d members", loaded, want)
+			b.Fatalf("echo loaded on %d of %d members %v after it was asked (states the first agent holds: %v; error: %v)",
+				loaded, want, time.Since(asked).Round(time.Second), states, err)
+		}
+		if time.Since(said) >= 30*time.Second {
+			said = time.Now()
+			b.Logf("%v after echo was loaded, the first agent holds it loaded on %d of %d members", time.Since(asked).Round(time.Second), loaded, want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

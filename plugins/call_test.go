@@ -242,6 +242,30 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
+// TestRequestNotInTimeIsNotABadRequest: a request that does not come
+// whole before the read deadline is counted as timed out, and the stream
+// reset without an answer, not answered bad_request.
+func TestRequestNotInTimeIsNotABadRequest(t *testing.T) {
+	old := readTimeout
+	readTimeout = 200 * time.Millisecond
+	defer func() { readTimeout = old }()
+	p := newPair(t, nil)
+	st, err := p.caller.NewStream(context.Background(), p.callee.ID(), ProtocolID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Reset()
+	st.Write(append(binary.AppendUvarint(nil, 100), `{"plugin"`...)) // and no more
+	st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if f, _, err := readFrame(bufio.NewReader(st), MaxResponseSize, nil); err == nil || isTimeout(err) {
+		t.Fatalf("answer %q, err %v; want the stream reset, unanswered", f, err)
+	}
+	waitUntil(t, "the request counted as timed out", func() bool { return p.server.Refused()[CodeTimeout] == 1 })
+	if got := p.server.Refused(); got[CodeBadRequest] != 0 {
+		t.Fatalf("refused %v: counted as a bad request", got)
+	}
+}
+
 func TestDeadlineStopsTheCall(t *testing.T) {
 	p := newPair(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

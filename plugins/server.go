@@ -29,7 +29,8 @@ type Authorizer interface {
 
 // readTimeout bounds how long a callee waits for a stream's first
 // request, and writeTimeout how long it tries to deliver a response.
-const (
+// Variables for tests.
+var (
 	readTimeout  = 10 * time.Second
 	writeTimeout = 10 * time.Second
 )
@@ -235,6 +236,14 @@ func (s *Server) handle(st network.Stream) {
 				code = CodeTooLarge
 			case errors.Is(err, ErrFrameNoMemory):
 				code = CodeBusy
+			case isTimeout(err):
+				// Not a malformed request: one that did not come whole
+				// in time (a caller, or this node, starved of CPU; or a
+				// slow sender). Counted, and nothing to answer.
+				s.count(CodeTimeout)
+				s.log.Debug("a call request did not come in time; stream reset", "caller", caller, "err", err)
+				st.Reset()
+				return
 			}
 			s.count(code)
 			s.log.Debug("bad call request", "caller", caller, "err", err)

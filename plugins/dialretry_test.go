@@ -142,6 +142,16 @@ func fanOutOne(ctx context.Context, c *Caller, p peer.ID) (Response, int) {
 	return got, again
 }
 
+// behindProxy makes an echo callee that caller knows only at the address
+// of a stallProxy (stall connections held silent), and returns both.
+func behindProxy(t *testing.T, caller host.Host, stall int) (host.Host, *stallProxy) {
+	t.Helper()
+	callee := echoCallee(t, caller.ID())
+	proxy := newStallProxy(t, tcpAddr(t, callee), stall)
+	caller.Peerstore().AddAddr(callee.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+port(proxy.ln)), time.Hour)
+	return callee, proxy
+}
+
 // TestCallDialsAgainAfterADialTimedOut: a callee whose first two
 // connections are never answered (a host too busy to finish a handshake
 // before the dial's deadline) is dialled again within the call's
@@ -149,9 +159,7 @@ func fanOutOne(ctx context.Context, c *Caller, p peer.ID) (Response, int) {
 func TestCallDialsAgainAfterADialTimedOut(t *testing.T) {
 	defer shortRetries()()
 	caller := quickDialer(t)
-	callee := echoCallee(t, caller.ID())
-	proxy := newStallProxy(t, tcpAddr(t, callee), 2)
-	caller.Peerstore().AddAddr(callee.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+port(proxy.ln)), time.Hour)
+	callee, proxy := behindProxy(t, caller, 2)
 	c := NewCaller(caller, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -173,9 +181,7 @@ func TestCallDialsAgainAfterADialTimedOut(t *testing.T) {
 func TestCallDialTimedOutUntilTheDeadline(t *testing.T) {
 	defer shortRetries()()
 	caller := quickDialer(t)
-	callee := echoCallee(t, caller.ID())
-	proxy := newStallProxy(t, tcpAddr(t, callee), 1<<30)
-	caller.Peerstore().AddAddr(callee.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+port(proxy.ln)), time.Hour)
+	callee, proxy := behindProxy(t, caller, 1<<30)
 	c := NewCaller(caller, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -220,9 +226,7 @@ func TestCallRefusedIsNotDialledAgain(t *testing.T) {
 func TestRetryHoldsNoSlot(t *testing.T) {
 	defer shortRetries()()
 	caller := quickDialer(t)
-	stalled := echoCallee(t, caller.ID())
-	proxy := newStallProxy(t, tcpAddr(t, stalled), 1<<30)
-	caller.Peerstore().AddAddr(stalled.ID(), ma.StringCast("/ip4/127.0.0.1/tcp/"+port(proxy.ln)), time.Hour)
+	stalled, _ := behindProxy(t, caller, 1<<30)
 	fine := echoCallee(t, caller.ID())
 	caller.Peerstore().AddAddrs(fine.ID(), fine.Addrs(), time.Hour)
 	c := NewCaller(caller, 4)

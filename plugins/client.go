@@ -308,27 +308,23 @@ func FanOut[T any](ctx context.Context, targets []T, parallel int, call func(con
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
-			cctx, wait := ctx, dialRetryFirst
-			for {
-				resp := call(cctx, t)
-				<-sem
-				if !resp.dialTimedOut || !pause(ctx, jitter(wait)) {
-					omu.Lock()
-					defer omu.Unlock()
-					out(t, resp)
-					return
-				}
-				agains.Add(1)
-				cctx, wait = again1, min(2*wait, dialRetryMax)
+			resp := call(ctx, t)
+			<-sem
+			for wait := dialRetryFirst; resp.dialTimedOut && pause(ctx, jitter(wait)); wait = min(2*wait, dialRetryMax) {
 				select {
 				case sem <- struct{}{}:
 				case <-ctx.Done():
-					omu.Lock()
-					defer omu.Unlock()
-					out(t, resp)
-					return
 				}
+				if ctx.Err() != nil {
+					break
+				}
+				agains.Add(1)
+				resp = call(again1, t)
+				<-sem
 			}
+			omu.Lock()
+			defer omu.Unlock()
+			out(t, resp)
 		}()
 	}
 	wg.Wait()

@@ -57,7 +57,7 @@ var (
 		"Connections to a --join peer closed and dialled again because the peer said no hello in 20 s.",
 		nil, nil)
 	descCallDialRetries = prometheus.NewDesc("tribe_call_dial_retries_total",
-		"Dials of a callee made again, within the call's deadline, after one timed out (a connect or handshake the callee or this node was too busy to finish).",
+		"Calls made again, within their deadline, because their dial timed out (a connect or handshake the callee or this node was too busy to finish).",
 		nil, nil)
 	descCommits = prometheus.NewDesc("tribe_store_commits_total",
 		"Write transactions of the state store, each a disk sync; writes that arrive together share one.", nil, nil)

@@ -86,8 +86,8 @@ type Snapshot struct {
 	// Plugins counts this node's (tribe, plugin) instances by state:
 	// loaded or error.
 	Plugins map[string]int
-	// CallDialRetries is dials of a callee made again, within the call's
-	// deadline, after one timed out.
+	// CallDialRetries is calls made again, within their deadline,
+	// because their dial timed out.
 	CallDialRetries int64
 }
 

@@ -12,25 +12,15 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 
+	"github.com/tribeagent/tribe/internal/backoff"
 	"github.com/tribeagent/tribe/node/api"
 )
 
 // dialTimeout bounds one connection attempt.
 const dialTimeout = 10 * time.Second
 
-// backoff is the wait before retry number failures (1 for the first retry):
-// lo doubled per failure, capped at hi, then spread by ±20% with u drawn
-// uniformly from [0, 1) so a fleet restarted at once does not dial in step.
-func backoff(failures int, lo, hi time.Duration, u float64) time.Duration {
-	d := lo
-	for i := 1; i < failures && d < hi; i++ {
-		d *= 2
-	}
-	return time.Duration(float64(min(d, hi)) * (0.8 + 0.4*u))
-}
-
 func (n *Node) backoff(failures int) time.Duration {
-	return backoff(failures, n.cfg.BackoffMin, n.cfg.BackoffMax, n.float())
+	return backoff.Wait(failures, n.cfg.BackoffMin, n.cfg.BackoffMax, n.float())
 }
 
 // join is one --join address and how it fares, for `tribe status`: an
@@ -264,7 +254,7 @@ func joinDueAt(sheds int, shedAt time.Time, joined, short bool, now time.Time, l
 	case sheds == 0:
 		return true
 	}
-	return now.Sub(shedAt) >= backoff(sheds, lo, hi, 0.5)
+	return now.Sub(shedAt) >= backoff.Wait(sheds, lo, hi, 0.5)
 }
 
 // joinTurnedAway marks the --join entries of p busy.

@@ -16,6 +16,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/internal/backoff"
 )
 
 // Call makes one call to p on a stream of its own, closed after it, and
@@ -310,7 +312,7 @@ func FanOut[T any](ctx context.Context, targets []T, parallel int, call func(con
 			defer wg.Done()
 			resp := call(ctx, t)
 			<-sem
-			for wait := dialRetryFirst; resp.dialTimedOut && pause(ctx, jitter(wait)); wait = min(2*wait, dialRetryMax) {
+			for try := 1; resp.dialTimedOut && pause(ctx, backoff.Wait(try, dialRetryFirst, dialRetryMax, rand.Float64())); try++ {
 				select {
 				case sem <- struct{}{}:
 				case <-ctx.Done():
@@ -343,19 +345,13 @@ func pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// The pauses before a call whose dial timed out is made again:
-// dialRetryFirst, doubling up to dialRetryMax, each ±20%. Variables for
-// tests.
+// The pauses before a call whose dial timed out is made again
+// (backoff.Wait): dialRetryFirst, doubling up to dialRetryMax, each ±20%.
+// Variables for tests.
 var (
 	dialRetryFirst = 500 * time.Millisecond
 	dialRetryMax   = 5 * time.Second
 )
-
-// jitter is d ±20%, so that the calls of one fan-out whose dials all timed
-// out together are not all made again together.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
-}
 
 func byteSize(n int) string {
 	switch {

@@ -264,21 +264,21 @@ func TestDialWindow(t *testing.T) {
 	}
 	// A timeout halves the window: 63 in flight, 32 allowed.
 	w.release(true)
-	if w.size() != maxDials/2 {
-		t.Fatalf("window %d after a timeout, want %d", w.size(), maxDials/2)
+	if w.limit != maxDials/2 {
+		t.Fatalf("window %d after a timeout, want %d", w.limit, maxDials/2)
 	}
 	for range 10 {
 		w.release(true)
 	}
-	if w.size() != minDials {
-		t.Fatalf("window %d after many timeouts, want the floor %d", w.size(), minDials)
+	if w.limit != minDials {
+		t.Fatalf("window %d after many timeouts, want the floor %d", w.limit, minDials)
 	}
 	// 53 in flight: releases without a timeout widen it by one each.
 	for range 48 {
 		w.release(false)
 	}
-	if w.size() != minDials+48 || w.inFlight != 5 {
-		t.Fatalf("window %d with %d in flight after 48 dials done, want %d and 5", w.size(), w.inFlight, minDials+48)
+	if w.limit != minDials+48 || w.inFlight != 5 {
+		t.Fatalf("window %d with %d in flight after 48 dials done, want %d and 5", w.limit, w.inFlight, minDials+48)
 	}
 	// Filled again, one more dial waits until a dial ends.
 	for range minDials + 48 - 5 {

@@ -63,10 +63,3 @@ func (w *dialWindow) release(timedOut bool) {
 	close(w.room)
 	w.room = make(chan struct{})
 }
-
-// size is the window's width now.
-func (w *dialWindow) size() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.limit
-}

@@ -63,8 +63,15 @@ SIGHUP (or tribe reload) reads the config file and the facts again.`,
 	}
 }
 
-// gcPercent is the agent's GOGC unless the environment sets one.
-const gcPercent = 50
+// gcPercent is the agent's GOGC unless the environment sets one, from
+// idleGCAfter after the agent is ready; until then Go's default (100).
+// The start allocates most of what an agent ever will at once (package
+// inits, the host, the store, the first handshakes and state), with a
+// live heap of 1-3 MB: at 50% the collector ran every megabyte or so.
+const (
+	gcPercent   = 50
+	idleGCAfter = 10 * time.Second
+)
 
 func runAgent(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
@@ -85,11 +92,10 @@ func runAgent(c *cli.Context) error {
 	// An idle agent's heap is mostly garbage awaiting the next collection
 	// (live data 3 MB in a cluster of 20, the goal 9 MB at Go's default
 	// GOGC of 100, stacks counted): collecting at 50% growth keeps 2 MB
-	// less resident at no idle CPU measurable here. GOGC in the
-	// environment still decides.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
+	// less resident at no idle CPU measurable here. Starting, it would
+	// cost CPU (see gcPercent), so the pace changes once the start is
+	// over. GOGC in the environment still decides.
+	lowerGC := os.Getenv("GOGC") == ""
 	// One core unless told otherwise (see node.DefaultProcs); 0 leaves
 	// Go's default, every core the process may use. GOMAXPROCS in the
 	// environment still decides.
@@ -116,6 +122,9 @@ func runAgent(c *cli.Context) error {
 		return cfg, err
 	}
 	return node.Run(ctx, cfg, node.Deps{Logger: log, LogLevel: level, Reload: reload}, func(n *node.Node) {
+		if lowerGC {
+			time.AfterFunc(idleGCAfter, func() { debug.SetGCPercent(gcPercent) })
+		}
 		// Start-up touched most of the binary; give back what idling
 		// does not use (see package resident).
 		go resident.Keep(ctx.Done(), func(released int64, err error) {

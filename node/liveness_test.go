@@ -201,9 +201,13 @@ func TestDeadMemberConnectionsClosed(t *testing.T) {
 	c.Join = []string{tcpAddr(a)}
 	c.ProbeInterval = time.Hour
 	b := startNode(t, c)
-	waitFor(t, "a to know b alive", func() bool {
-		st, _ := a.swim.d.State(string(b.ID()))
-		return a.isConnected(b.ID()) && st == swim.Alive
+	// A member a holds, alive, and its record: a claim that b is alive
+	// counts only once a holds b's record, and State reads a node it
+	// does not know as alive (the zero State).
+	waitFor(t, "a to hold b alive, and its record", func() bool {
+		st, ok := a.swim.d.State(string(b.ID()))
+		_, rec := a.replica.Get(nodesPrefix + b.ID().String())
+		return a.isConnected(b.ID()) && ok && st == swim.Alive && rec
 	})
 	closed := make(chan struct{}, 64)
 	a.host.Network().Notify(&network.NotifyBundle{DisconnectedF: func(_ network.Network, cn network.Conn) {
@@ -221,13 +225,14 @@ func TestDeadMemberConnectionsClosed(t *testing.T) {
 		// it after a death, on a loaded machine, if b heard of it and
 		// its refutation came back before this check: then a holds b
 		// alive above the claim's incarnation.
-		st, _ := a.swim.d.State(string(b.ID()))
+		st, known := a.swim.d.State(string(b.ID()))
 		switch {
 		case st == state, st == swim.Alive && state == swim.Suspect:
 		case st == swim.Alive && refutedAbove(a, b.ID(), inc):
 			t.Logf("b refuted the claim that it is %v before the test read a's view", state)
 		default:
-			t.Fatalf("a holds b %v after the claim that it is %v (incarnation %d)", st, state, inc)
+			us := a.swim.d.Corrections([]swim.Update{{Node: string(b.ID()), State: swim.Dead, Incarnation: 0}})
+			t.Fatalf("a holds b %v (a member: %v) after the claim that it is %v (incarnation %d); the last update it applied about b: %+v", st, known, state, inc, us)
 		}
 	}
 	noClose := func(what string) {

@@ -105,6 +105,12 @@ func methods(impl any) (map[string]method, error) {
 		r, size := utf8.DecodeRuneInString(mt.Name)
 		name := string(unicode.ToLower(r)) + mt.Name[size:]
 		argType := t.In(1)
+		// JSON in, JSON out, the usual shape of a pass-through: called
+		// directly, as reflect's Call cost 8% of a plugin's CPU a call.
+		if f, ok := m.Interface().(func(context.Context, json.RawMessage) (json.RawMessage, error)); ok {
+			out[name] = func(ctx context.Context, args json.RawMessage) (any, error) { return f(ctx, args) }
+			continue
+		}
 		out[name] = func(ctx context.Context, args json.RawMessage) (any, error) {
 			if argType == rawType { // as they came: JSON the agent checked
 				res := m.Call([]reflect.Value{reflect.ValueOf(ctx), reflect.ValueOf(args)})
@@ -232,7 +238,10 @@ func (s *server) worker() {
 // handle acts on one request; it reports whether to stop.
 func (s *server) handle(line []byte) (stop bool) {
 	var req request
-	if err := json.Unmarshal(line, &req); err != nil || req.JSONRPC != "2.0" {
+	if id, p, ok := wire.ParseCall(line); ok { // a call as the agent writes it
+		req.JSONRPC, req.ID, req.Method = "2.0", &id, wire.MethodCall
+		req.Params.Method, req.Params.Args, req.Params.TimeoutMS = p.Method, p.Args, p.TimeoutMS
+	} else if err := json.Unmarshal(line, &req); err != nil || req.JSONRPC != "2.0" {
 		fmt.Fprintf(os.Stderr, "sdk: not a JSON-RPC 2.0 request: %q\n", line)
 		return false
 	}

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/tribeagent/tribe/internal/names"
@@ -45,6 +47,59 @@ func FuzzDecodeInfo(f *testing.F) {
 			if !names.ValidMethod(m) {
 				t.Fatalf("method %q accepted", m)
 			}
+		}
+	})
+}
+
+// FuzzDecodeResultAgreesWithStrict: the fast path takes only what the
+// strict decoder takes, as it takes it.
+func FuzzDecodeResultAgreesWithStrict(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"a":1}}` + "\n"))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":12,"result": "x" }`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":3,"result":1,"error":{"code":1,"message":"both"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":3,"result":null}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":007,"result":[1]}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"a":1}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := decodeResult(b)
+		if !ok {
+			return
+		}
+		strict, err := decodeStrict(b)
+		if err != nil {
+			t.Fatalf("fast path took %q, the strict decoder refuses it: %v", b, err)
+		}
+		if !reflect.DeepEqual(fast, strict) {
+			t.Fatalf("%q: fast path %+v, strict %+v", b, fast, strict)
+		}
+	})
+}
+
+// FuzzEncodeCallAgreesWithMarshal: a call's line is what Marshal would
+// write, read back, on one line.
+func FuzzEncodeCallAgreesWithMarshal(f *testing.F) {
+	f.Add(int64(1), "echo", []byte(`{"a": [1, 2]}`), int64(30000))
+	f.Add(int64(0), "a\"b<\n", []byte("\"x\"\n"), int64(1))
+	f.Add(int64(9), "run", []byte(nil), int64(5))
+	f.Fuzz(func(t *testing.T, id int64, method string, args []byte, timeout int64) {
+		if len(args) > 0 && !json.Valid(args) {
+			return // the agent passes only JSON it decoded
+		}
+		got := EncodeRequest(Request{ID: &id, Method: MethodCall, Params: CallParams{Method: method, TimeoutMS: timeout, Args: args}})
+		if bytes.IndexByte(got, '\n') != len(got)-1 {
+			t.Fatalf("not one line: %q", got)
+		}
+		want, err := json.Marshal(Request{JSONRPC: "2.0", ID: &id, Method: MethodCall, Params: CallParams{Method: method, TimeoutMS: timeout, Args: args}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%q: %v", got, err)
+		}
+		json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("wrote %q, Marshal %q", got, want)
 		}
 	})
 }

@@ -6,7 +6,7 @@
 //
 //	agent  {"jsonrpc":"2.0","id":0,"method":"tribe.handshake","params":{"protocol":1}}
 //	plugin {"jsonrpc":"2.0","id":0,"result":{"protocol":1,"name":"hello","version":"1.0.0","kind":"processor","methods":["echo"]}}
-//	agent  {"jsonrpc":"2.0","id":1,"method":"tribe.call","params":{"method":"echo","args":{"a":1},"timeout_ms":30000}}
+//	agent  {"jsonrpc":"2.0","id":1,"method":"tribe.call","params":{"method":"echo","timeout_ms":30000,"args":{"a":1}}}
 //	plugin {"jsonrpc":"2.0","id":1,"result":{"a":1}}
 //	plugin {"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"what went wrong","data":<partial result>}}
 //	agent  {"jsonrpc":"2.0","method":"tribe.cancel","params":{"id":1}}   (a notification: no answer)
@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/tribeagent/tribe/internal/names"
 )
@@ -63,10 +64,12 @@ type Info struct {
 }
 
 // CallParams ask the plugin to run one of its methods.
+// The agent writes the arguments last (a plugin that reads the line as
+// the agent writes it finds them at its end; any order is valid JSON).
 type CallParams struct {
 	Method    string          `json:"method"`
-	Args      json.RawMessage `json:"args,omitempty"`
 	TimeoutMS int64           `json:"timeout_ms"`
+	Args      json.RawMessage `json:"args,omitempty"`
 }
 
 // CancelParams name the call to give up.
@@ -93,6 +96,9 @@ type RPCError struct {
 
 // EncodeRequest is req as one line.
 func EncodeRequest(req Request) []byte {
+	if p, ok := req.Params.(CallParams); ok && req.ID != nil && req.Method == MethodCall {
+		return appendCall(make([]byte, 0, 96+len(p.Method)+len(p.Args)), *req.ID, p)
+	}
 	req.JSONRPC = "2.0"
 	b, err := json.Marshal(req)
 	if err != nil { // the params are this package's own types
@@ -101,9 +107,102 @@ func EncodeRequest(req Request) []byte {
 	return append(b, '\n')
 }
 
+// appendCall appends a call's line as json.Marshal writes it, without
+// its reflection: a call is the message the agent sends most, and
+// encoding it with Marshal cost as much CPU as the pipe's write.
+func appendCall(b []byte, id int64, p CallParams) []byte {
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `,"method":"`+MethodCall+`","params":{"method":`...)
+	b = appendString(b, p.Method)
+	b = append(b, `,"timeout_ms":`...)
+	b = strconv.AppendInt(b, p.TimeoutMS, 10)
+	if len(p.Args) > 0 {
+		b = append(b, `,"args":`...)
+		// Compact checks the arguments and takes any line break out, as
+		// Marshal does with a json.RawMessage.
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, p.Args); err != nil {
+			panic(fmt.Errorf("wire: call arguments: %w", err)) // the agent passes only JSON it decoded
+		}
+		b = append(b, buf.Bytes()...)
+	}
+	return append(b, "}}\n"...)
+}
+
+// callPrefix and callMid frame a call's line as appendCall writes it.
+const callPrefix, callMid = `{"jsonrpc":"2.0","id":`, `,"method":"`+MethodCall+`","params":{"method":"`
+
+// ParseCall reads a call's line in the form EncodeRequest writes it
+// (params' method, timeout_ms, args, in that order, no spaces), checking
+// only the arguments, which it returns as a copy. It reports false for
+// anything else, which the plugin then decodes as any JSON: what it
+// takes, json.Unmarshal would take the same way (the SDK's
+// FuzzParseCallAgreesWithUnmarshal).
+func ParseCall(line []byte) (id int64, p CallParams, ok bool) {
+	rest, ok := bytes.CutPrefix(line, []byte(callPrefix))
+	if !ok {
+		return 0, CallParams{}, false
+	}
+	if id, rest, ok = cutID(rest); !ok {
+		return 0, CallParams{}, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(callMid)); !ok {
+		return 0, CallParams{}, false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= 0x20 && rest[end] < 0x7f && rest[end] != '"' && rest[end] != '\\' {
+		end++
+	}
+	method := string(rest[:end])
+	if rest, ok = bytes.CutPrefix(rest[end:], []byte(`","timeout_ms":`)); !ok {
+		return 0, CallParams{}, false
+	}
+	timeout, rest, ok := cutID(rest)
+	if !ok {
+		return 0, CallParams{}, false
+	}
+	if rest, ok = bytes.CutSuffix(bytes.TrimRight(rest, jsonSpace), []byte("}}")); !ok {
+		return 0, CallParams{}, false
+	}
+	p = CallParams{Method: method, TimeoutMS: timeout}
+	if len(rest) == 0 {
+		return id, p, true
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"args":`)); !ok {
+		return 0, CallParams{}, false
+	}
+	args := bytes.Trim(rest, jsonSpace)
+	if len(args) == 0 || args[0] == 'n' || !json.Valid(args) { // null: Unmarshal's say
+		return 0, CallParams{}, false
+	}
+	p.Args = bytes.Clone(args)
+	return id, p, true
+}
+
+// appendString appends s as a JSON string: as it is when it has nothing
+// to escape (a method name never has), else as Marshal writes it.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
+
 // DecodeResponse parses one line from a plugin, strictly: JSON-RPC 2.0, an
 // id, and exactly one of result and error.
 func DecodeResponse(line []byte) (Response, error) {
+	if r, ok := decodeResult(line); ok {
+		return r, nil
+	}
+	return decodeStrict(line)
+}
+
+// decodeStrict is DecodeResponse for any line.
+func decodeStrict(line []byte) (Response, error) {
 	var r Response
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.DisallowUnknownFields()
@@ -124,6 +223,55 @@ func DecodeResponse(line []byte) (Response, error) {
 		return Response{}, fmt.Errorf("%w: response %d: an error with no message", ErrProtocol, r.ID)
 	}
 	return r, nil
+}
+
+// resultPrefix and resultMid frame a result as the SDK writes it.
+const resultPrefix, resultMid = `{"jsonrpc":"2.0","id":`, `,"result":`
+
+// decodeResult takes the answer plugins write most, a result in the
+// SDK's order ({"jsonrpc":"2.0","id":N,"result":R}), checking only R: the
+// strict decoder's reflection cost more than the rest of reading the
+// answer. It reports false for anything else (another order, spaces, an
+// error, a result that is not one JSON value), which DecodeResponse then
+// decodes strictly; what it takes, that decoder would take the same way
+// (FuzzDecodeResultAgreesWithStrict).
+func decodeResult(line []byte) (Response, bool) {
+	rest, ok := bytes.CutPrefix(line, []byte(resultPrefix))
+	if !ok {
+		return Response{}, false
+	}
+	id, rest, ok := cutID(rest)
+	if !ok {
+		return Response{}, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(resultMid)); !ok {
+		return Response{}, false
+	}
+	if rest, ok = bytes.CutSuffix(bytes.TrimRight(rest, jsonSpace), []byte("}")); !ok {
+		return Response{}, false
+	}
+	res := bytes.Trim(rest, jsonSpace)
+	if len(res) == 0 || res[0] == 'n' || !json.Valid(res) { // null: the strict decoder's say
+		return Response{}, false
+	}
+	return Response{JSONRPC: "2.0", ID: id, Result: bytes.Clone(res)}, true
+}
+
+// jsonSpace is what JSON allows between tokens.
+const jsonSpace = " \t\r\n"
+
+// cutID takes a non-negative id of at most 18 digits (so it fits in an
+// int64) from the start of b, as JSON writes a number: no leading zero.
+func cutID(b []byte) (int64, []byte, bool) {
+	i := 0
+	for i < len(b) && i < 19 && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	if i == 0 || i > 18 || (b[0] == '0' && i > 1) {
+		return 0, b, false
+	}
+	id, err := strconv.ParseInt(string(b[:i]), 10, 64)
+	return id, b[i:], err == nil
 }
 
 var kinds = []string{"collector", "processor", "publisher", "action"}

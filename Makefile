@@ -66,6 +66,16 @@ fuzz:
 	$(GO) test ./plugins/tasks -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins/jobs -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins/jobs -run '^$$' -fuzz '^FuzzDecodeAck$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzDecodeInfo$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzDecodeResultAgreesWithStrict$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzEncodeCallAgreesWithMarshal$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/sdk -run '^$$' -fuzz '^FuzzParseCallAgreesWithUnmarshal$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzCanonicalPeer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobListRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobListAnswer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodePluginFetchRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/names -run '^$$' -fuzz '^FuzzNamesAreTheRegexps$$' -fuzztime $(FUZZTIME)
 
 # Speed and memory, as ratios measured side by side in one run. The last
 # line measures the sim's spread of writes, policies, a newcomer's record
@@ -74,7 +84,7 @@ fuzz:
 # node's CPU its own); the sim benchmarks before it run on the wall clock,
 # every node sharing this machine's cores.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./gossip ./policy ./node
+	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./gossip ./policy ./node ./plugins/external
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 80m ./cmd/tribe ./sim ./gossip/swim
 	TRIBE_SIMTIME=1 $(GO) test -run '^TestSimTime' -v -timeout 150m ./sim
 	cd bench/goplugin && $(GO) test -run '^$$' -bench . -benchtime 3x

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/rawpipe"
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
 
@@ -25,8 +26,12 @@ type process struct {
 	log     *slog.Logger
 	maxLine int
 
-	wmu   sync.Mutex // one line at a time to stdin
-	stdin io.WriteCloser
+	// Both pipes are used with raw system calls: a plain read or write
+	// wakes Go's system monitor whenever the agent was idle between two
+	// calls (see rawpipe).
+	wmu       sync.Mutex // one line at a time to stdin
+	stdin     io.Writer
+	stdinFile *os.File // stdin's file, to close
 
 	// Answers are read by the calls that wait for them, one at a time:
 	// the one holding turn reads stdout until its own answer has come,
@@ -82,31 +87,39 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 	cmd := exec.Command(path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = pluginEnv(name)
-	stdin, err := cmd.StdinPipe()
+	// Our own pipes for stdin and stdout, not StdinPipe and StdoutPipe:
+	// both are used with raw system calls (rawpipe), and stdout is read
+	// by the calls, so Wait must not close it under them.
+	stdinR, stdin, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	// Our own pipe for stdout, not StdoutPipe: it is read by the calls,
-	// and Wait must not close it under them.
-	stdout, w, err := os.Pipe()
+	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
+		stdinR.Close()
+		stdin.Close()
 		return nil, err
 	}
-	cmd.Stdout = w
+	cmd.Stdin, cmd.Stdout = stdinR, stdoutW
 	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		stdout.Close()
-		w.Close()
-		return nil, err
+	if err == nil {
+		err = cmd.Start()
 	}
-	err = cmd.Start()
-	w.Close()
+	stdinR.Close() // the child's ends
+	stdoutW.Close()
+	in, out := rawpipe.FromFile(stdin), rawpipe.FromFile(stdout)
+	if err == nil && (in == nil || out == nil) { // cannot happen: os.Pipe's files are pollable
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		err = errors.New("its pipes cannot be polled")
+	}
 	if err != nil {
+		stdin.Close()
 		stdout.Close()
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: stdin,
-		turn: make(chan struct{}, 1), stdout: stdout, br: bufio.NewReaderSize(stdout, 64<<10),
+	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: in, stdinFile: stdin,
+		turn: make(chan struct{}, 1), stdout: stdout, br: bufio.NewReaderSize(out, 64<<10),
 		pending: map[int64]chan wire.Response{}, done: make(chan struct{})}
 	go func() {
 		p.logStderr(stderr) // until the process and its children end
@@ -114,6 +127,7 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		p.mu.Lock()
 		p.reaped = true
 		p.mu.Unlock()
+		p.stdinFile.Close() // the plugin is gone: a write from now on fails
 		p.drain()
 		p.mu.Lock()
 		if p.err == nil {

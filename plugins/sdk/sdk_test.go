@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
@@ -68,5 +70,37 @@ func TestServe(t *testing.T) {
 	}
 	if _, ok := got[7]; ok || order[len(order)-1] != 6 {
 		t.Errorf("answers after shutdown, or shutdown not last: %v", order)
+	}
+}
+
+// Calls run concurrently on workers: ten calls that each wait for all
+// ten to have started all finish, twice (the second time partly on the
+// workers the first left idle); then no more than maxIdleWorkers stay,
+// and all of them end with the server.
+func TestWorkersRunCallsConcurrently(t *testing.T) {
+	s := &server{work: make(chan func()), quit: make(chan struct{})}
+	for range 2 {
+		const n = 10
+		var started, finished sync.WaitGroup
+		started.Add(n)
+		finished.Add(n)
+		for range n {
+			s.run(func() {
+				started.Done()
+				started.Wait() // all n at once, or this never returns
+				finished.Done()
+			})
+		}
+		finished.Wait()
+	}
+	for deadline := time.Now().Add(time.Minute); s.idle.Load() != maxIdleWorkers; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle workers a minute after the calls, want %d", s.idle.Load(), maxIdleWorkers)
+		}
+	}
+	close(s.quit)
+	s.wg.Wait()
+	if got := s.idle.Load(); got != 0 {
+		t.Fatalf("%d idle workers after the server ended", got)
 	}
 }

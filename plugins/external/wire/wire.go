@@ -131,7 +131,7 @@ func appendCall(b []byte, id int64, p CallParams) []byte {
 }
 
 // callPrefix and callMid frame a call's line as appendCall writes it.
-const callPrefix, callMid = `{"jsonrpc":"2.0","id":`, `,"method":"`+MethodCall+`","params":{"method":"`
+const callPrefix, callMid = `{"jsonrpc":"2.0","id":`, `,"method":"` + MethodCall + `","params":{"method":"`
 
 // ParseCall reads a call's line in the form EncodeRequest writes it
 // (params' method, timeout_ms, args, in that order, no spaces), checking

@@ -1,4 +1,8 @@
-package sdk
+// Package rawpipe reads and writes a non-blocking pipe with raw system
+// calls, waiting on Go's poller (and its deadlines) when the pipe would
+// block. The agent and an external plugin talk over two pipes, a call's
+// line each way; see Pipe for why raw calls.
+package rawpipe
 
 import (
 	"io"
@@ -7,7 +11,7 @@ import (
 	"unsafe"
 )
 
-// rawPipe reads or writes a non-blocking pipe with raw system calls,
+// Pipe reads or writes a non-blocking pipe with raw system calls,
 // waiting on Go's poller when it would block. A plain read or write
 // enters the scheduler's system-call path, which wakes its monitor
 // thread (sysmon) whenever the process had gone idle: between two calls
@@ -17,14 +21,14 @@ import (
 // Measured in the agent's benchmark (hello_cpu_us, calls 300 µs apart),
 // three runs alternated with three of the plain file: the plugin's CPU
 // per call 57–60 µs instead of 77–93.
-type rawPipe struct {
+type Pipe struct {
 	f  *os.File
 	rc syscall.RawConn
 }
 
-// newRawPipe is fd as a rawPipe, or nil if fd is not a pipe (a file
-// read from disk can block, which a raw call must not).
-func newRawPipe(fd int, name string) *rawPipe {
+// FromFD is fd as a Pipe, or nil if fd is not a pipe (a file read from
+// disk can block, which a raw call must not).
+func FromFD(fd int, name string) *Pipe {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
 		return nil
@@ -32,15 +36,23 @@ func newRawPipe(fd int, name string) *rawPipe {
 	if err := syscall.SetNonblock(fd, true); err != nil {
 		return nil
 	}
-	f := os.NewFile(uintptr(fd), name)
+	return FromFile(os.NewFile(uintptr(fd), name))
+}
+
+// FromFile is f, one end of an os.Pipe (which Go makes non-blocking), as
+// a Pipe; nil if f is not pollable. f's deadlines bound Read and Write.
+func FromFile(f *os.File) *Pipe {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil
 	}
-	return &rawPipe{f: f, rc: rc}
+	return &Pipe{f: f, rc: rc}
 }
 
-func (p *rawPipe) Read(b []byte) (int, error) {
+// File is the pipe's file: to close it, or to set its deadlines.
+func (p *Pipe) File() *os.File { return p.f }
+
+func (p *Pipe) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -65,7 +77,7 @@ func (p *rawPipe) Read(b []byte) (int, error) {
 	return int(n), nil
 }
 
-func (p *rawPipe) Write(b []byte) (int, error) {
+func (p *Pipe) Write(b []byte) (int, error) {
 	written := 0
 	for written < len(b) {
 		var n uintptr

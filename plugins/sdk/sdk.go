@@ -95,32 +95,38 @@ var (
 
 // methods are impl's plugin methods by name.
 func methods(impl any) (map[string]method, error) {
-	v := reflect.ValueOf(impl)
+	// Each method is called as its method expression with impl as the
+	// receiver, and ctx as a context.Context already: a bound method
+	// value and a *callCtx cost reflect a receiver look-up and an
+	// interface check on every call (in a profile of hello, 5% of the
+	// plugin's CPU of reflect's 12%).
+	recv := reflect.ValueOf(impl)
 	out := map[string]method{}
-	for i := range v.NumMethod() {
-		m, mt := v.Method(i), v.Type().Method(i)
-		t := m.Type()
-		if t.NumIn() != 2 || t.In(0) != ctxType || t.NumOut() != 2 || t.Out(1) != errType {
+	for i := range recv.NumMethod() {
+		mt := recv.Type().Method(i)
+		fn, t := mt.Func, mt.Func.Type() // func(receiver, context.Context, A) (R, error)
+		if t.NumIn() != 3 || t.In(1) != ctxType || t.NumOut() != 2 || t.Out(1) != errType {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(mt.Name)
 		name := string(unicode.ToLower(r)) + mt.Name[size:]
-		argType := t.In(1)
+		argType := t.In(2)
 		out[name] = func(ctx context.Context, args json.RawMessage) (any, error) {
+			in := [3]reflect.Value{recv, reflect.ValueOf(&ctx).Elem()}
 			if argType == rawType { // as they came: JSON the agent checked
-				res := m.Call([]reflect.Value{reflect.ValueOf(ctx), reflect.ValueOf(args)})
-				err, _ := res[1].Interface().(error)
-				return res[0].Interface(), err
-			}
-			a := reflect.New(argType)
-			if len(args) > 0 {
-				d := json.NewDecoder(bytes.NewReader(args))
-				d.DisallowUnknownFields()
-				if err := d.Decode(a.Interface()); err != nil {
-					return nil, fmt.Errorf("arguments of %s: %w", name, err)
+				in[2] = reflect.ValueOf(args)
+			} else {
+				a := reflect.New(argType)
+				if len(args) > 0 {
+					d := json.NewDecoder(bytes.NewReader(args))
+					d.DisallowUnknownFields()
+					if err := d.Decode(a.Interface()); err != nil {
+						return nil, fmt.Errorf("arguments of %s: %w", name, err)
+					}
 				}
+				in[2] = a.Elem()
 			}
-			res := m.Call([]reflect.Value{reflect.ValueOf(ctx), a.Elem()})
+			res := fn.Call(in[:])
 			err, _ := res[1].Interface().(error)
 			return res[0].Interface(), err
 		}
@@ -157,26 +163,65 @@ func Serve(info Info, impl any, in io.Reader, out io.Writer) error {
 	defer s.wg.Wait()
 	defer close(s.quit)
 	defer s.cancelAll()
-	br := bufio.NewReaderSize(in, 64<<10)
+	s.br, s.ended = bufio.NewReaderSize(in, 64<<10), make(chan error, 1)
+	s.readRequests()
+	return <-s.ended
+}
+
+// readRequests reads and handles requests until one is a call, or the
+// input ends, or the agent asks the plugin to shut down (then it says so
+// on ended). A call it answers itself, once another goroutine reads on:
+// the answer goes out before this one waits for the next request. A
+// call handed to a worker waited for the reader to go back to the pipe
+// and park: a call to the example hello against a built-in's was 1.63x–
+// 1.69x then, 1.54x–1.59x now (four alternated runs).
+func (s *server) readRequests() {
 	for {
-		line, err := br.ReadBytes('\n')
+		line, err := readLine(s.br)
 		if len(bytes.TrimSpace(line)) > 0 {
-			if s.handle(line) {
-				return nil
+			call, stop := s.handle(line)
+			switch {
+			case stop:
+				s.ended <- nil
+				return
+			case call != nil:
+				s.run(s.readRequests)
+				call()
+				return
 			}
 		}
-		if err == io.EOF {
-			return nil
-		}
 		if err != nil {
-			return err
+			if err == io.EOF {
+				err = nil
+			}
+			s.ended <- err
+			return
 		}
 	}
+}
+
+// readLine is the next line of br (with its newline, unless the input
+// ended without one), valid until the next read: a request is decoded
+// before the next is read, and what a call keeps of it (its arguments)
+// is a copy.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	long := bytes.Clone(line)
+	for err == bufio.ErrBufferFull {
+		line, err = br.ReadSlice('\n')
+		long = append(long, line...)
+	}
+	return long, err
 }
 
 type server struct {
 	info    Info
 	methods map[string]method
+	br      *bufio.Reader // read by one goroutine at a time (readRequests)
+	ended   chan error    // why reading ended: nil at EOF or shutdown
 	wmu     sync.Mutex
 	out     io.Writer
 	mu      sync.Mutex
@@ -230,15 +275,16 @@ func (s *server) worker() {
 	}
 }
 
-// handle acts on one request; it reports whether to stop.
-func (s *server) handle(line []byte) (stop bool) {
+// handle acts on one request, but for a call, which it returns to run;
+// it reports whether to stop.
+func (s *server) handle(line []byte) (call func(), stop bool) {
 	var req request
 	if id, p, ok := wire.ParseCall(line); ok { // a call as the agent writes it
 		req.JSONRPC, req.ID, req.Method = "2.0", &id, wire.MethodCall
 		req.Params.Method, req.Params.Args, req.Params.TimeoutMS = p.Method, p.Args, p.TimeoutMS
 	} else if err := json.Unmarshal(line, &req); err != nil || req.JSONRPC != "2.0" {
 		fmt.Fprintf(os.Stderr, "sdk: not a JSON-RPC 2.0 request: %q\n", line)
-		return false
+		return nil, false
 	}
 	switch req.Method {
 	case wire.MethodHandshake:
@@ -254,7 +300,7 @@ func (s *server) handle(line []byte) (stop bool) {
 		m, ok := s.methods[p.Method]
 		if !ok || req.ID == nil {
 			s.answer(req.ID, nil, fmt.Errorf("no method %q", p.Method))
-			return false
+			return nil, false
 		}
 		ctx := newCallCtx(time.Duration(max(p.TimeoutMS, 1)) * time.Millisecond)
 		cancel := ctx.cancel
@@ -262,7 +308,7 @@ func (s *server) handle(line []byte) (stop bool) {
 		s.running[*req.ID] = cancel
 		s.mu.Unlock()
 		s.calls.Add(1)
-		s.run(func() {
+		return func() {
 			defer s.calls.Done()
 			res, err := s.call(ctx, m, p.Args)
 			s.mu.Lock()
@@ -270,7 +316,7 @@ func (s *server) handle(line []byte) (stop bool) {
 			s.mu.Unlock()
 			cancel()
 			s.answer(req.ID, res, err)
-		})
+		}, false
 	case wire.MethodCancel:
 		s.mu.Lock()
 		if cancel, ok := s.running[req.Params.ID]; ok {
@@ -281,11 +327,11 @@ func (s *server) handle(line []byte) (stop bool) {
 		s.cancelAll()
 		s.calls.Wait()
 		s.answer(req.ID, nil, nil)
-		return true
+		return nil, true
 	default:
 		s.answer(req.ID, nil, fmt.Errorf("unknown method %q", req.Method))
 	}
-	return false
+	return nil, false
 }
 
 // call runs one method, a panic included.
@@ -335,12 +381,18 @@ func appendError(b []byte, msg string, data json.RawMessage) []byte {
 	return append(append(append(b, `,"error":`...), e...), '}')
 }
 
-// encode is a method's result as JSON; a json.RawMessage is taken as it
-// is once checked (the common case of a plugin that passes JSON through).
+// encode is a method's result as JSON on one line; a json.RawMessage is
+// taken as it is once checked (the common case of a plugin that passes
+// JSON through), compacted if it has a line break (whitespace in JSON).
 func encode(res any) ([]byte, error) {
 	if raw, ok := res.(json.RawMessage); ok && raw != nil {
 		if !json.Valid(raw) {
 			return nil, errors.New("the result is not valid JSON")
+		}
+		if bytes.ContainsAny(raw, "\r\n") {
+			var b bytes.Buffer
+			json.Compact(&b, raw)
+			return b.Bytes(), nil
 		}
 		return raw, nil
 	}

@@ -1,10 +1,13 @@
 package sdk
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -102,5 +105,98 @@ func TestWorkersRunCallsConcurrently(t *testing.T) {
 	s.wg.Wait()
 	if got := s.idle.Load(); got != 0 {
 		t.Fatalf("%d idle workers after the server ended", got)
+	}
+}
+
+type echoImpl struct{}
+
+func (echoImpl) Echo(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
+	return args, nil
+}
+
+// A request longer than the reader's buffer (64 KiB) is read whole, and
+// the request after it too.
+func TestServeReadsALongLine(t *testing.T) {
+	long := `"` + strings.Repeat("x", 200<<10) + `"`
+	id := int64(1)
+	in := string(wire.EncodeRequest(wire.Request{ID: &id, Method: wire.MethodCall, Params: wire.CallParams{Method: "echo", TimeoutMS: 1000, Args: json.RawMessage(long)}})) +
+		`{"jsonrpc":"2.0","id":2,"method":"tribe.call","params":{"method":"echo","args":[2],"timeout_ms":1000}}` + "\n"
+	var out bytes.Buffer
+	if err := Serve(Info{Name: "t", Version: "1", Kind: "processor"}, echoImpl{}, strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		r, err := wire.DecodeResponse([]byte(line))
+		if err != nil {
+			t.Fatalf("%.80q: %v", line, err)
+		}
+		got[r.ID] = string(r.Result)
+	}
+	if got[1] != long || got[2] != "[2]" {
+		t.Fatalf("answers: %d bytes for 1, %q for 2", len(got[1]), got[2])
+	}
+}
+
+type waitImpl struct{ echoImpl }
+
+// Wait returns when its call ends (the agent cancels it).
+func (waitImpl) Wait(ctx context.Context, _ json.RawMessage) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// A call in progress holds up no other request: while one waits, the next
+// call is read and answered, and a cancel reaches the waiting one.
+func TestCallsDoNotHoldUpReading(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	errc := make(chan error, 1)
+	go func() { errc <- Serve(Info{Name: "t", Version: "1", Kind: "processor"}, waitImpl{}, inR, outW) }()
+	answers := bufio.NewScanner(outR)
+	next := func() wire.Response {
+		if !answers.Scan() {
+			t.Fatalf("no answer: %v", answers.Err())
+		}
+		r, err := wire.DecodeResponse(answers.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	send := func(line string) {
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"tribe.call","params":{"method":"wait","timeout_ms":60000}}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tribe.call","params":{"method":"echo","timeout_ms":60000,"args":[2]}}`)
+	if r := next(); r.ID != 2 || string(r.Result) != "[2]" {
+		t.Fatalf("first answer %+v, want echo's (2) while wait (1) runs", r)
+	}
+	send(`{"jsonrpc":"2.0","method":"tribe.cancel","params":{"id":1}}`)
+	if r := next(); r.ID != 1 || r.Error == nil || !strings.Contains(r.Error.Message, "canceled") {
+		t.Fatalf("after the cancel: %+v, want wait (1) cancelled", r)
+	}
+	inW.Close()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A json.RawMessage result with line breaks goes out on one line: the
+// protocol's messages are lines.
+func TestRawResultOnOneLine(t *testing.T) {
+	for _, res := range []string{"{\n  \"a\": [1,\r\n 2]\n}", `"x"`} {
+		out, err := encode(json.RawMessage(res))
+		if err != nil || bytes.ContainsAny(out, "\r\n") {
+			t.Fatalf("%q encoded as %q, %v", res, out, err)
+		}
+		var a, b any
+		json.Unmarshal([]byte(res), &a)
+		json.Unmarshal(out, &b)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%q encoded as %q", res, out)
+		}
 	}
 }

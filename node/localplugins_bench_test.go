@@ -15,6 +15,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/internal/catpipe"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external"
@@ -74,31 +75,7 @@ func BenchmarkExternalVsBuiltinCall(b *testing.B) {
 	// The least a process boundary costs here: a line to cat and back,
 	// alternated with the calls (the VM's wake-ups of an idle process
 	// are most of it).
-	var pipe func() time.Duration
-	if catPath, err := exec.LookPath("cat"); err == nil {
-		cat := exec.Command(catPath)
-		in, _ := cat.StdinPipe()
-		out, _ := cat.StdoutPipe()
-		if err := cat.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { in.Close(); cat.Wait() })
-		line, got := append(append([]byte{}, args...), '\n'), make([]byte, 4096)
-		pipe = func() time.Duration {
-			start := time.Now()
-			in.Write(line)
-			for n := 0; n < len(line); {
-				m, err := out.Read(got[n:])
-				if err != nil {
-					b.Fatal(err)
-				}
-				n += m
-			}
-			return time.Since(start)
-		}
-	} else {
-		b.Log("cat is not installed: the pipe baseline is left out")
-	}
+	pipe := catpipe.Start(b, append(append([]byte{}, args...), '\n'))
 	caller := plugins.NewCaller(a.host, 8) // streams kept between calls, as the node's
 	defer caller.Close()
 	callOn := func(to peer.ID, plugin string) time.Duration {

@@ -3,11 +3,11 @@ package external
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/catpipe"
 	"github.com/tribeagent/tribe/internal/syncbuf"
 )
 
@@ -23,19 +23,11 @@ func BenchmarkCallVsPipe(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	catPath, err := exec.LookPath("cat")
-	if err != nil {
+	args := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`)
+	pipe := catpipe.Start(b, append(append([]byte{}, args...), '\n'))
+	if pipe == nil {
 		b.Skip("cat is not installed")
 	}
-	cat := exec.Command(catPath)
-	in, _ := cat.StdinPipe()
-	out, _ := cat.StdoutPipe()
-	if err := cat.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { in.Close(); cat.Wait() }()
-	args := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`)
-	line, got := append(append([]byte{}, args...), '\n'), make([]byte, 4096)
 	call := func() time.Duration {
 		t0 := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -43,18 +35,6 @@ func BenchmarkCallVsPipe(b *testing.B) {
 		r, err := p.Call(ctx, "echo", args)
 		if err != nil || string(r) != string(args) {
 			b.Fatalf("echo: %s %v", r, err)
-		}
-		return time.Since(t0)
-	}
-	pipe := func() time.Duration {
-		t0 := time.Now()
-		in.Write(line)
-		for n := 0; n < len(line); {
-			m, err := out.Read(got[n:])
-			if err != nil {
-				b.Fatal(err)
-			}
-			n += m
 		}
 		return time.Since(t0)
 	}

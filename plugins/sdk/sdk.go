@@ -164,7 +164,10 @@ func Serve(info Info, impl any, in io.Reader, out io.Writer) error {
 	defer close(s.quit)
 	defer s.cancelAll()
 	s.br, s.ended = bufio.NewReaderSize(in, 64<<10), make(chan error, 1)
-	s.readRequests()
+	// Reading starts on a worker: the goroutine that reads the first
+	// call answers it, and this one must be free to cancel the calls
+	// still running when reading ends.
+	s.run(s.readRequests)
 	return <-s.ended
 }
 

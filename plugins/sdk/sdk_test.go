@@ -200,3 +200,44 @@ func TestRawResultOnOneLine(t *testing.T) {
 		}
 	}
 }
+
+// At the end of its input the plugin cancels the calls still running and
+// returns, also when the first request it read is such a call.
+func TestEndOfInputCancelsCalls(t *testing.T) {
+	inR, inW := io.Pipe()
+	var out syncBuffer
+	errc := make(chan error, 1)
+	go func() { errc <- Serve(Info{Name: "t", Version: "1", Kind: "processor"}, waitImpl{}, inR, &out) }()
+	io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"tribe.call","params":{"method":"wait","timeout_ms":600000}}`+"\n")
+	inW.Close()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Serve still runs a minute after its input ended: the call was not cancelled")
+	}
+	r, err := wire.DecodeResponse(bytes.TrimSpace(out.Bytes()))
+	if err != nil || r.ID != 1 || r.Error == nil || !strings.Contains(r.Error.Message, "canceled") {
+		t.Fatalf("the call's answer: %+v %v, want cancelled", r, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}

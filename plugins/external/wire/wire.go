@@ -119,11 +119,18 @@ func appendCall(b []byte, id int64, p CallParams) []byte {
 	b = strconv.AppendInt(b, p.TimeoutMS, 10)
 	if len(p.Args) > 0 {
 		b = append(b, `,"args":`...)
-		// Compact checks the arguments and takes any line break out, as
-		// Marshal does with a json.RawMessage.
+		// Compact checks the arguments and takes any line break out, and
+		// HTMLEscape escapes <, >, &, U+2028 and U+2029 in their strings,
+		// as Marshal does with a json.RawMessage: the same bytes, so that
+		// a plugin that splits lines on U+2028 too still sees one line.
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, p.Args); err != nil {
 			panic(fmt.Errorf("wire: call arguments: %w", err)) // the agent passes only JSON it decoded
+		}
+		if bytes.ContainsAny(buf.Bytes(), "<>&\u2028\u2029") {
+			var esc bytes.Buffer
+			json.HTMLEscape(&esc, buf.Bytes())
+			buf = esc
 		}
 		b = append(b, buf.Bytes()...)
 	}

@@ -21,10 +21,6 @@ type callCtx struct {
 	err   error
 }
 
-func newCallCtx(timeout time.Duration) *callCtx {
-	return &callCtx{deadline: time.Now().Add(timeout)}
-}
-
 func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 func (c *callCtx) Value(any) any { return nil }

@@ -83,3 +83,7 @@ func TestCallCtx(t *testing.T) {
 		}
 	})
 }
+
+func newCallCtx(timeout time.Duration) *callCtx {
+	return &callCtx{deadline: time.Now().Add(timeout)}
+}

@@ -158,7 +158,7 @@ func Serve(info Info, impl any, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s := &server{info: info, methods: ms, out: out, running: map[int64]func(){},
+	s := &server{info: info, methods: ms, out: out, running: map[int64]*callCtx{},
 		work: make(chan func()), quit: make(chan struct{})}
 	defer s.wg.Wait()
 	defer close(s.quit)
@@ -167,7 +167,8 @@ func Serve(info Info, impl any, in io.Reader, out io.Writer) error {
 	// Reading starts on a worker: the goroutine that reads the first
 	// call answers it, and this one must be free to cancel the calls
 	// still running when reading ends.
-	s.run(s.readRequests)
+	s.reader = s.readRequests
+	s.run(s.reader)
 	return <-s.ended
 }
 
@@ -188,8 +189,8 @@ func (s *server) readRequests() {
 				s.ended <- nil
 				return
 			case call != nil:
-				s.run(s.readRequests)
-				call()
+				s.run(s.reader)
+				call.run()
 				return
 			}
 		}
@@ -228,9 +229,10 @@ type server struct {
 	wmu     sync.Mutex
 	out     io.Writer
 	mu      sync.Mutex
-	running map[int64]func() // cancels each call in progress
-	calls   sync.WaitGroup   // calls in progress
-	wg      sync.WaitGroup   // workers
+	running map[int64]*callCtx // each call in progress, to cancel
+	reader  func()             // readRequests, as a value made once
+	calls   sync.WaitGroup     // calls in progress
+	wg      sync.WaitGroup     // workers
 
 	// Calls run on workers that outlive them: a new goroutine per call
 	// grew (copied) its stack on every call, 12% of a plugin's CPU in a
@@ -280,12 +282,12 @@ func (s *server) worker() {
 
 // handle acts on one request, but for a call, which it returns to run;
 // it reports whether to stop.
-func (s *server) handle(line []byte) (call func(), stop bool) {
-	var req request
+func (s *server) handle(line []byte) (call *pending, stop bool) {
 	if id, p, ok := wire.ParseCall(line); ok { // a call as the agent writes it
-		req.JSONRPC, req.ID, req.Method = "2.0", &id, wire.MethodCall
-		req.Params.Method, req.Params.Args, req.Params.TimeoutMS = p.Method, p.Args, p.TimeoutMS
-	} else if err := json.Unmarshal(line, &req); err != nil || req.JSONRPC != "2.0" {
+		return s.start(id, p.Method, p.Args, p.TimeoutMS), false
+	}
+	var req request
+	if err := json.Unmarshal(line, &req); err != nil || req.JSONRPC != "2.0" {
 		fmt.Fprintf(os.Stderr, "sdk: not a JSON-RPC 2.0 request: %q\n", line)
 		return nil, false
 	}
@@ -299,31 +301,15 @@ func (s *server) handle(line []byte) (call func(), stop bool) {
 		s.answer(req.ID, wire.Info{Protocol: wire.Protocol, Name: s.info.Name, Version: s.info.Version,
 			Kind: s.info.Kind, Methods: names}, nil)
 	case wire.MethodCall:
-		p := req.Params
-		m, ok := s.methods[p.Method]
-		if !ok || req.ID == nil {
-			s.answer(req.ID, nil, fmt.Errorf("no method %q", p.Method))
-			return nil, false
+		if req.ID == nil {
+			return nil, false // a notification: nobody waits for the answer
 		}
-		ctx := newCallCtx(time.Duration(max(p.TimeoutMS, 1)) * time.Millisecond)
-		cancel := ctx.cancel
-		s.mu.Lock()
-		s.running[*req.ID] = cancel
-		s.mu.Unlock()
-		s.calls.Add(1)
-		return func() {
-			defer s.calls.Done()
-			res, err := s.call(ctx, m, p.Args)
-			s.mu.Lock()
-			delete(s.running, *req.ID)
-			s.mu.Unlock()
-			cancel()
-			s.answer(req.ID, res, err)
-		}, false
+		p := req.Params
+		return s.start(*req.ID, p.Method, p.Args, p.TimeoutMS), false
 	case wire.MethodCancel:
 		s.mu.Lock()
-		if cancel, ok := s.running[req.Params.ID]; ok {
-			cancel()
+		if ctx, ok := s.running[req.Params.ID]; ok {
+			ctx.cancel()
 		}
 		s.mu.Unlock()
 	case wire.MethodShutdown:
@@ -335,6 +321,46 @@ func (s *server) handle(line []byte) (call func(), stop bool) {
 		s.answer(req.ID, nil, fmt.Errorf("unknown method %q", req.Method))
 	}
 	return nil, false
+}
+
+// pending is a call to run: one allocation for its context and all its
+// answer needs (closures and a context of its own were four).
+type pending struct {
+	s    *server
+	id   int64
+	ctx  callCtx
+	m    method
+	args json.RawMessage
+}
+
+// start registers call id of method (so that a cancel finds it) and
+// returns it to run; a method the plugin does not have is answered at
+// once, and nil returned.
+func (s *server) start(id int64, method string, args json.RawMessage, timeoutMS int64) *pending {
+	m, ok := s.methods[method]
+	if !ok {
+		s.answer(&id, nil, fmt.Errorf("no method %q", method))
+		return nil
+	}
+	c := &pending{s: s, id: id, m: m, args: args}
+	c.ctx.deadline = time.Now().Add(time.Duration(max(timeoutMS, 1)) * time.Millisecond)
+	s.mu.Lock()
+	s.running[id] = &c.ctx
+	s.mu.Unlock()
+	s.calls.Add(1)
+	return c
+}
+
+// run runs the call and answers it.
+func (c *pending) run() {
+	s := c.s
+	defer s.calls.Done()
+	res, err := s.call(&c.ctx, c.m, c.args)
+	s.mu.Lock()
+	delete(s.running, c.id)
+	s.mu.Unlock()
+	c.ctx.cancel()
+	s.answer(&c.id, res, err)
 }
 
 // call runs one method, a panic included.
@@ -350,8 +376,8 @@ func (s *server) call(ctx context.Context, m method, args json.RawMessage) (res 
 func (s *server) cancelAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, cancel := range s.running {
-		cancel()
+	for _, ctx := range s.running {
+		ctx.cancel()
 	}
 }
 

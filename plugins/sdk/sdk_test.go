@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tribeagent/tribe/internal/syncbuf"
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
 
@@ -205,7 +206,7 @@ func TestRawResultOnOneLine(t *testing.T) {
 // returns, also when the first request it read is such a call.
 func TestEndOfInputCancelsCalls(t *testing.T) {
 	inR, inW := io.Pipe()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	errc := make(chan error, 1)
 	go func() { errc <- Serve(Info{Name: "t", Version: "1", Kind: "processor"}, waitImpl{}, inR, &out) }()
 	io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"tribe.call","params":{"method":"wait","timeout_ms":600000}}`+"\n")
@@ -218,26 +219,8 @@ func TestEndOfInputCancelsCalls(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Serve still runs a minute after its input ended: the call was not cancelled")
 	}
-	r, err := wire.DecodeResponse(bytes.TrimSpace(out.Bytes()))
+	r, err := wire.DecodeResponse([]byte(strings.TrimSpace(out.String())))
 	if err != nil || r.ID != 1 || r.Error == nil || !strings.Contains(r.Error.Message, "canceled") {
 		t.Fatalf("the call's answer: %+v %v, want cancelled", r, err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
 }

@@ -98,8 +98,8 @@ func methods(impl any) (map[string]method, error) {
 	// Each method is called as its method expression with impl as the
 	// receiver, and ctx as a context.Context already: a bound method
 	// value and a *callCtx cost reflect a receiver look-up and an
-	// interface check on every call (in a profile of hello, 5% of the
-	// plugin's CPU of reflect's 12%).
+	// interface check on every call (in profiles of hello, reflect's
+	// share of the plugin's CPU went from 12% to 8%).
 	recv := reflect.ValueOf(impl)
 	out := map[string]method{}
 	for i := range recv.NumMethod() {

@@ -303,7 +303,7 @@ func (p *Plugin) Close() error {
 		// lines nobody read since the last call can then take it.
 		proc.await(ctx, ch)
 	}
-	proc.stdinFile.Close()
+	proc.stdin.File().Close()
 	select {
 	case <-proc.done:
 	case <-ctx.Done():

@@ -29,9 +29,8 @@ type process struct {
 	// Both pipes are used with raw system calls: a plain read or write
 	// wakes Go's system monitor whenever the agent was idle between two
 	// calls (see rawpipe).
-	wmu       sync.Mutex // one line at a time to stdin
-	stdin     io.Writer
-	stdinFile *os.File // stdin's file, to close
+	wmu   sync.Mutex // one line at a time to stdin
+	stdin *rawpipe.Pipe
 
 	// Answers are read by the calls that wait for them, one at a time:
 	// the one holding turn reads stdout until its own answer has come,
@@ -118,7 +117,7 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		stdout.Close()
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: in, stdinFile: stdin,
+	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: in,
 		turn: make(chan struct{}, 1), stdout: stdout, br: bufio.NewReaderSize(out, 64<<10),
 		pending: map[int64]chan wire.Response{}, done: make(chan struct{})}
 	go func() {
@@ -127,7 +126,7 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		p.mu.Lock()
 		p.reaped = true
 		p.mu.Unlock()
-		p.stdinFile.Close() // the plugin is gone: a write from now on fails
+		p.stdin.File().Close() // the plugin is gone: a write from now on fails
 		p.drain()
 		p.mu.Lock()
 		if p.err == nil {

@@ -151,7 +151,7 @@ func ParseCall(line []byte) (id int64, p CallParams, ok bool) {
 	if !ok {
 		return 0, CallParams{}, false
 	}
-	if id, rest, ok = cutID(rest); !ok {
+	if id, rest, ok = cutNumber(rest); !ok {
 		return 0, CallParams{}, false
 	}
 	if rest, ok = bytes.CutPrefix(rest, []byte(callMid)); !ok {
@@ -165,7 +165,7 @@ func ParseCall(line []byte) (id int64, p CallParams, ok bool) {
 	if rest, ok = bytes.CutPrefix(rest[end:], []byte(`","timeout_ms":`)); !ok {
 		return 0, CallParams{}, false
 	}
-	timeout, rest, ok := cutID(rest)
+	timeout, rest, ok := cutNumber(rest)
 	if !ok {
 		return 0, CallParams{}, false
 	}
@@ -247,7 +247,7 @@ func decodeResult(line []byte) (Response, bool) {
 	if !ok {
 		return Response{}, false
 	}
-	id, rest, ok := cutID(rest)
+	id, rest, ok := cutNumber(rest)
 	if !ok {
 		return Response{}, false
 	}
@@ -267,9 +267,10 @@ func decodeResult(line []byte) (Response, bool) {
 // jsonSpace is what JSON allows between tokens.
 const jsonSpace = " \t\r\n"
 
-// cutID takes a non-negative id of at most 18 digits (so it fits in an
-// int64) from the start of b, as JSON writes a number: no leading zero.
-func cutID(b []byte) (int64, []byte, bool) {
+// cutNumber takes a non-negative integer (an id, a timeout) of at most
+// 18 digits (so it fits in an int64) from the start of b, as JSON writes
+// a number: no leading zero.
+func cutNumber(b []byte) (int64, []byte, bool) {
 	i := 0
 	for i < len(b) && i < 19 && '0' <= b[i] && b[i] <= '9' {
 		i++

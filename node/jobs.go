@@ -728,18 +728,19 @@ func (n *Node) jobAcks(id string) (map[string]jobs.Ack, int) {
 }
 
 // readAck sets acks' entry for ack key from the state: the ack held
-// there, or none.
-func (n *Node) readAck(acks map[string]jobs.Ack, key string) {
+// there, or none. It returns the acking peer's ID.
+func (n *Node) readAck(acks map[string]jobs.Ack, key string) string {
 	peer := key[strings.LastIndexByte(key, '/')+1:]
 	e, ok := n.replica.Get(key)
 	if !ok {
 		delete(acks, peer)
-		return
+		return peer
 	}
 	a, err := jobs.DecodeAck(e.Value)
 	if err != nil {
 		delete(acks, peer)
-		return
+		return peer
 	}
 	acks[peer] = a
+	return peer
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,67 @@ func TestDecodeAck(t *testing.T) {
 		if _, err := DecodeAck([]byte(raw)); !errors.Is(err, ErrBadJob) {
 			t.Errorf("%s: %v, want ErrBadJob", name, err)
 		}
+	}
+}
+
+// Progress, fed acks one at a time (new, replaced, deleted, from targets
+// and from members outside the set), says pending exactly when Summarize
+// of the same acks before the expiry does: over seeded random sequences.
+func TestProgressAgreesWithSummarize(t *testing.T) {
+	ids := []string{"n1", "n2", "n3", "n4", "n5", "x1", "x2"} // x: outside the set
+	states := []State{Running, Retrying, Done, Failed, Interrupted, Expired, Dropped, Cancelled}
+	for seed := range int64(300) {
+		rng := rand.New(rand.NewSource(seed))
+		j := job("a", 1)
+		targets := ids[:1+rng.Intn(5)]
+		j.SetTargets(targets)
+		now := t0.Add(time.Minute)
+		p := NewProgress(j)
+		acks := map[string]Ack{}
+		for step := range 40 {
+			id := ids[rng.Intn(len(ids))]
+			if _, held := acks[id]; held && rng.Intn(5) == 0 {
+				delete(acks, id)
+				p.Set(id, Ack{}, false)
+			} else {
+				acks[id] = Ack{State: states[rng.Intn(len(states))]}
+				p.Set(id, acks[id], true)
+			}
+			want := Summarize(j, acks, nil, now).State == Pending
+			if got := p.Pending(); got != want {
+				t.Fatalf("seed %d, step %d (targets %v, acks %v): Progress says pending %v, Summarize %v", seed, step, targets, acks, got, want)
+			}
+		}
+	}
+}
+
+func TestProgressTakesEachAckOnce(t *testing.T) {
+	j := job("a", 1)
+	j.SetTargets([]string{"n1", "n2"})
+	p := NewProgress(j)
+	if !p.Pending() {
+		t.Fatal("no ack yet: not pending")
+	}
+	p.Set("n1", Ack{State: Done}, true)
+	p.Set("n1", Ack{State: Done}, true) // the same ack again: counted once
+	if !p.Pending() {
+		t.Fatal("n2 has not acked: not pending")
+	}
+	p.Set("n2", Ack{State: Running}, true)
+	if !p.Pending() {
+		t.Fatal("n2 runs: not pending")
+	}
+	p.Set("n2", Ack{State: Failed}, true)
+	if p.Pending() {
+		t.Fatal("both final: pending")
+	}
+	p.Set("m", Ack{State: Running}, true) // a member that joined (include-new)
+	if !p.Pending() {
+		t.Fatal("a new member runs it: not pending")
+	}
+	p.Set("m", Ack{}, false)
+	p.Set("n1", Ack{}, false) // n1's ack deleted
+	if !p.Pending() {
+		t.Fatal("n1's ack is gone: not pending")
 	}
 }

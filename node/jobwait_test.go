@@ -1,0 +1,82 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/jobs"
+)
+
+// WaitJob streams each target's final state as its ack arrives, once,
+// skips acks that are not final, and ends at the expiry with the targets
+// that never acked as expired.
+func TestWaitJobStreamsAcksAndEndsAtExpiry(t *testing.T) {
+	w := startNode(t, loopbackConfig(t, "w"))
+	var keys []crypto.PrivKey
+	var ids []string
+	for range 3 {
+		k, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+		id, _ := peer.IDFromPrivateKey(k)
+		keys, ids = append(keys, k), append(ids, id.String())
+	}
+	id := writeJobTo(t, w, ids, 3*time.Second)
+	rows := make(chan api.JobTarget, 10)
+	waited := make(chan error, 1)
+	go func() {
+		waited <- w.WaitJob(context.Background(), id, func(r *api.JobTarget) {
+			if r != nil {
+				rows <- *r
+			}
+		})
+	}()
+	take := func(i int, a jobs.Ack) {
+		t.Helper()
+		p, _ := peer.IDFromPrivateKey(keys[i])
+		if _, err := w.replica.Accept(p, signAck(t, keys[i], id, a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(want string, state jobs.State) {
+		t.Helper()
+		select {
+		case r := <-rows:
+			if r.ID != want || r.State != string(state) {
+				t.Fatalf("row %+v; want %s %s", r, want, state)
+			}
+		case err := <-waited:
+			t.Fatalf("the wait ended before %s %s: %v", want, state, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no row for %s %s", want, state)
+		}
+	}
+	now := w.now()
+	take(0, jobs.Ack{State: jobs.Done, Attempts: 1, OK: true, Started: now, Ended: now})
+	next(ids[0], jobs.Done)
+	take(1, jobs.Ack{State: jobs.Running, Attempts: 1, Started: now})
+	take(0, jobs.Ack{State: jobs.Done, Attempts: 1, OK: true, Started: now, Ended: now}) // again: no second row
+	take(1, jobs.Ack{State: jobs.Failed, Attempts: 1, Started: now, Ended: now, Error: "boom"})
+	next(ids[1], jobs.Failed)
+	// The third never acks: expired once the job is, and the wait ends
+	// (a node not known here, named by its hash).
+	next("", jobs.Expired)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait did not end after the expiry")
+	}
+	if len(rows) != 0 {
+		t.Fatalf("rows after the last: %+v", <-rows)
+	}
+	if j, err := w.Job(context.Background(), id); err != nil || j.State != "failed" || j.Counts["done"] != 1 {
+		t.Fatalf("the job after: %+v %v", j, err)
+	}
+}

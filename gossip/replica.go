@@ -526,6 +526,14 @@ func (r *Replica) Children(prefix string) []*Signed {
 	return r.state.Children(prefix)
 }
 
+// Segments returns the distinct segments below prefix in the keys held
+// (see State.Segments).
+func (r *Replica) Segments(prefix string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Segments(prefix)
+}
+
 // Hash is the strong hash of the whole state (see State.Hash).
 func (r *Replica) Hash() [32]byte {
 	r.mu.Lock()

@@ -149,6 +149,38 @@ func (s *State) Children(prefix string) []*Signed {
 	return out
 }
 
+// Segments returns, by key, the distinct segments that follow prefix in
+// the keys held (live or not), walking one key of each subtree: the ids
+// of jobs/ whatever is left of each job (its entry, its acks), without
+// reading every ack. prefix should end in '/'.
+func (s *State) Segments(prefix string) []string {
+	var out []string
+	seen := map[string]bool{}
+	from := prefix
+	for from != "" {
+		next := ""
+		s.keys.AscendGreaterOrEqual(from, func(k string) bool {
+			if !strings.HasPrefix(k, prefix) {
+				return false
+			}
+			seg, _, below := strings.Cut(k[len(prefix):], "/")
+			if !seen[seg] {
+				seen[seg] = true
+				out = append(out, seg)
+			}
+			if below {
+				// Past this segment's subtree: '0' is the byte after '/'.
+				next = prefix + seg + "0"
+				return false
+			}
+			return true
+		})
+		from = next
+	}
+	slices.Sort(out) // "a/x" comes after "a-b" and "a.c": a subtree may follow later keys
+	return out
+}
+
 // forget drops key, whatever its version, and returns what was held.
 func (s *State) forget(key string) *Signed {
 	e := s.entries[key]

@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -420,8 +421,9 @@ func TestPrefixMatchesAScan(t *testing.T) {
 	}
 }
 
-// Children lists exactly the live keys one segment below the prefix, as a
-// scan of every entry finds them, skipping whole subtrees.
+// Children lists exactly the live keys one segment below the prefix, and
+// Segments the segments of all keys there, as a scan of every entry finds
+// them, skipping whole subtrees.
 func TestChildrenMatchesAScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	a := newAuthor(t, rng)
@@ -441,6 +443,15 @@ func TestChildrenMatchesAScan(t *testing.T) {
 		if _, err := s.Apply(a.write(t, now, key, "v", rng.IntN(4) == 0), now); err != nil {
 			t.Fatal(err)
 		}
+		// Under jobs/, mostly subtrees whose own key is not held: a
+		// job's acks after the job was forgotten.
+		job := "jobs/" + ids[rng.IntN(len(ids))]
+		if rng.IntN(5) > 0 || job == "jobs/a" { // a's own key never: its acks follow a-b's and a.c's
+			job += "/acks/" + a.id.String()
+		}
+		if _, err := s.Apply(a.write(t, now, job, "v", rng.IntN(4) == 0), now); err != nil {
+			t.Fatal(err)
+		}
 		if i%100 != 99 {
 			continue
 		}
@@ -457,6 +468,20 @@ func TestChildrenMatchesAScan(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("step %d: Children %v, want %v", i, got, want)
+		}
+		// Segments: the first segment of every key held, deleted or not.
+		for _, prefix := range []string{"tribes/", "jobs/"} {
+			segs := map[string]bool{}
+			for k := range s.entries {
+				if rest, ok := strings.CutPrefix(k, prefix); ok {
+					seg, _, _ := strings.Cut(rest, "/")
+					segs[seg] = true
+				}
+			}
+			want := slices.Sorted(maps.Keys(segs))
+			if got := s.Segments(prefix); !slices.Equal(got, want) {
+				t.Fatalf("step %d: Segments(%q) %v, want %v", i, prefix, got, want)
+			}
 		}
 	}
 }

@@ -230,15 +230,29 @@ func (n *Node) fetchJobList(ctx context.Context, w peer.ID, tribe string) ([]api
 // until the job expires (targets that have not acked are expired from
 // then): a list read and decoded every ack of every job, 5 million at
 // 5,000 targets and 1,000 jobs, and a trusted writer lists for any
-// admitted node that asks.
+// admitted node that asks. A writer's collection each minute reads the
+// job's standing from the same row (jobStanding).
 type listView struct {
-	hash  [32]byte  // the job entry's
-	until time.Time // zero: nothing left to pass
-	view  api.Job
+	hash     [32]byte  // the job entry's
+	until    time.Time // zero: nothing left to pass
+	view     api.Job
+	finished time.Time // when the last target ended (the summary's Finished)
 }
 
 // listView is job j's row, from e, kept or made.
 func (n *Node) listView(e *gossip.Signed, j *jobs.Job) api.Job {
+	return n.keptView(e, j).view
+}
+
+// jobStanding is job j's state across its targets and when it finished,
+// from e, as its kept row says: what collectJobs needs of it.
+func (n *Node) jobStanding(e *gossip.Signed, j *jobs.Job) jobs.Summary {
+	v := n.keptView(e, j)
+	return jobs.Summary{State: jobs.State(v.view.State), Finished: v.finished}
+}
+
+// keptView is job j's row, from e, kept or made.
+func (n *Node) keptView(e *gossip.Signed, j *jobs.Job) listView {
 	now := n.now()
 	s := &n.jobs
 	s.mu.Lock()
@@ -246,9 +260,10 @@ func (n *Node) listView(e *gossip.Signed, j *jobs.Job) api.Job {
 	gen := s.viewGens[j.ID]
 	s.mu.Unlock()
 	if ok && v.hash == e.Hash && (v.until.IsZero() || now.Before(v.until)) {
-		return v.view
+		return v
 	}
-	v = listView{hash: e.Hash, view: n.jobView(j, false)}
+	view, sum := n.summarizedView(j, false)
+	v = listView{hash: e.Hash, view: view, finished: sum.Finished}
 	if now.Before(j.Expires) {
 		v.until = j.Expires
 	}
@@ -256,13 +271,13 @@ func (n *Node) listView(e *gossip.Signed, j *jobs.Job) api.Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.viewGens[j.ID] != gen {
-		return v.view // the job or an ack of it changed meanwhile
+		return v // the job or an ack of it changed meanwhile
 	}
 	if s.views == nil {
 		s.views = map[string]listView{}
 	}
 	s.views[j.ID] = v
-	return v.view
+	return v
 }
 
 // dropView forgets the row of the job whose entry or ack changed at key.

@@ -619,10 +619,7 @@ func (n *Node) collectJobs() {
 	self := n.host.ID()
 	mayDelete := n.replica.Trust().Authorize(jobKey("x"), self) == nil
 	live, unfinished := map[string]bool{}, map[string]bool{}
-	for _, e := range n.replica.Prefix(jobsPrefix) {
-		if !isJobKey(e.Key) {
-			continue
-		}
+	for _, e := range n.replica.Children(jobsPrefix) { // the jobs, not their acks
 		j, author, err := n.job(e)
 		if err != nil {
 			continue
@@ -631,7 +628,7 @@ func (n *Node) collectJobs() {
 		if !mayDelete {
 			continue
 		}
-		s := n.summarize(j)
+		s := n.jobStanding(e, j) // kept while neither the job nor its acks change
 		if author == self && s.State == jobs.Pending {
 			unfinished[e.Key] = true
 		}

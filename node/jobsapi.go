@@ -214,6 +214,12 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 
 // jobView is a job as the API shows it.
 func (n *Node) jobView(j *jobs.Job, rows bool) api.Job {
+	v, _ := n.summarizedView(j, rows)
+	return v
+}
+
+// summarizedView is jobView and the summary it was made from.
+func (n *Node) summarizedView(j *jobs.Job, rows bool) (api.Job, jobs.Summary) {
 	s, ackBytes := n.summarizeSized(j)
 	v := api.Job{ID: j.ID, State: string(s.State), Tribes: j.Tribes, Plugin: j.Plugin, Method: j.Method, Args: j.Args,
 		Created: j.Created, Expires: j.Expires, Retries: j.Retries, IncludeNew: j.IncludeNew, Parallel: j.Parallel,
@@ -227,7 +233,7 @@ func (n *Node) jobView(j *jobs.Job, rows bool) api.Job {
 			v.Targets = append(v.Targets, n.targetView(j.ID, t))
 		}
 	}
-	return v
+	return v, s
 }
 
 func (n *Node) targetView(job string, t jobs.Target) api.JobTarget {

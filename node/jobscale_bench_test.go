@@ -120,6 +120,60 @@ func BenchmarkJobWaitPerAck(b *testing.B) {
 	b.ReportMetric(large/small, fmt.Sprintf("%d/%d", sizes[1], sizes[0]))
 }
 
+// BenchmarkJobCollectRetained: a trusted writer's collection pass (each
+// minute: which jobs are past their retention, which acks belong to jobs
+// that are gone), holding 10 finished jobs of 100 targets each and then
+// of 5,000 (every target acked done), in one run. The first pass after
+// the acks came is not timed (it reads each job's acks once, as a list
+// would). Reported: ms per pass at each size, and their ratio (target:
+// flat in the jobs' size; a pass read every ack of every job).
+func BenchmarkJobCollectRetained(b *testing.B) {
+	const jobsHeld = 10
+	sizes := []int{100, jobs.MaxTargets}
+	writers := make([]*Node, len(sizes))
+	for i, n := range sizes {
+		w := startNode(b, loopbackConfig(b, fmt.Sprintf("w%d", n)))
+		var keys []crypto.PrivKey
+		var ids []string
+		for range n {
+			k, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+			id, _ := peer.IDFromPrivateKey(k)
+			keys, ids = append(keys, k), append(ids, id.String())
+		}
+		now := w.now()
+		for range jobsHeld {
+			id := writeJobTo(b, w, ids, time.Hour)
+			es := make([]*gossip.Signed, n)
+			for t, key := range keys {
+				p, _ := peer.Decode(ids[t])
+				e, err := w.replica.Check(p, signAck(b, key, id, jobs.Ack{State: jobs.Done, Attempts: 1, OK: true, Started: now, Ended: now}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				es[t] = e
+			}
+			if err := w.replica.Apply(es...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		w.collectJobs()
+		writers[i] = w
+	}
+	took := make([]time.Duration, len(sizes))
+	b.ResetTimer()
+	for range b.N {
+		for i, w := range writers {
+			start := time.Now()
+			w.collectJobs()
+			took[i] += time.Since(start)
+		}
+	}
+	for i, n := range sizes {
+		b.ReportMetric(float64(took[i].Microseconds())/1000/float64(b.N), fmt.Sprintf("ms/pass@%d", n))
+	}
+	b.ReportMetric(float64(took[1])/float64(took[0]), fmt.Sprintf("%d/%d", sizes[1], sizes[0]))
+}
+
 // writeJobTo writes, on w, a job to the nodes ids (by peer ID) that
 // expires after expires, as SubmitJob would, without handing it to them
 // (they need not exist: their acks are signed by the caller), and returns

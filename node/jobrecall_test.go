@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
@@ -189,5 +190,32 @@ func TestTargetCrashedBeforeItStoredItsAck(t *testing.T) {
 			t.Fatalf("%d jobs decided on without asking the writer", n)
 		}
 		return
+	}
+}
+
+// A node asks the job's writer for its own ack even when it is not
+// connected to it: it dials the writer (a node that started less than
+// gossip.MaxClockSkew before a job recalls before it runs it, and one that
+// got the job by pubsub is seldom connected to the writer; waiting for a
+// connection held such jobs for seconds).
+func TestRecallDialsTheWriter(t *testing.T) {
+	a, b, _, _, j := trustedJobDone(t)
+	bj, ok := b.replica.Get(jobKey(j.ID))
+	if !ok {
+		t.Fatal("b holds no job")
+	}
+	job, _, err := b.job(bj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.replica.Forget(ackKey(j.ID, b.ID())); err != nil { // as if lost
+		t.Fatal(err)
+	}
+	b.host.Network().ClosePeer(a.ID())
+	if left := b.recallOnce([]*jobs.Job{job}, map[peer.ID]bool{}); len(left) != 0 {
+		t.Fatalf("b could not ask a, not connected, about %d job(s)", len(left))
+	}
+	if ack, ok := b.ownAck(j.ID); !ok || ack.State != jobs.Done {
+		t.Fatalf("b's own ack after the recall: %+v %v; want done, from a", ack, ok)
 	}
 }

@@ -78,8 +78,9 @@ fuzz:
 	$(GO) test ./internal/names -run '^$$' -fuzz '^FuzzNamesAreTheRegexps$$' -fuzztime $(FUZZTIME)
 
 # Speed and memory, as ratios measured side by side in one run. The last
-# line measures the sim's spread of writes, policies, a newcomer's record
-# and a fan-out to all (1,000 nodes; about an hour) in simulated time
+# line measures the sim's spread of writes, policies, a newcomer's record,
+# a fan-out to all (1,000 nodes; about an hour) and a job against a call
+# (25 and 100 nodes) in simulated time
 # (testing/synctest over QUIC on simnet: the protocol's latency, each
 # node's CPU its own); the sim benchmarks before it run on the wall clock,
 # every node sharing this machine's cores.

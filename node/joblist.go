@@ -237,6 +237,10 @@ type listView struct {
 	until    time.Time // zero: nothing left to pass
 	view     api.Job
 	finished time.Time // when the last target ended (the summary's Finished)
+	// unfinal are the peer IDs of the targets known here whose ack is
+	// not final, for a job that is pending: what its writer may ask them
+	// for (fetchMissingAcks).
+	unfinal []string
 }
 
 // listView is job j's row, from e, kept or made.
@@ -264,6 +268,13 @@ func (n *Node) keptView(e *gossip.Signed, j *jobs.Job) listView {
 	}
 	view, sum := n.summarizedView(j, false)
 	v = listView{hash: e.Hash, view: view, finished: sum.Finished}
+	if sum.State == jobs.Pending {
+		for _, t := range sum.Targets {
+			if t.ID != "" && !t.Ack.State.Final() {
+				v.unfinal = append(v.unfinal, t.ID)
+			}
+		}
+	}
 	if now.Before(j.Expires) {
 		v.until = j.Expires
 	}

@@ -127,25 +127,11 @@ func (s *State) Prefix(prefix string) []*Signed {
 // jobs of jobs/, not their acks. prefix should end in '/'.
 func (s *State) Children(prefix string) []*Signed {
 	var out []*Signed
-	from := prefix
-	for from != "" {
-		next := ""
-		s.keys.AscendGreaterOrEqual(from, func(k string) bool {
-			if !strings.HasPrefix(k, prefix) {
-				return false
-			}
-			if i := strings.IndexByte(k[len(prefix):], '/'); i >= 0 {
-				// Past this child's subtree: '0' is the byte after '/'.
-				next = k[:len(prefix)+i] + "0"
-				return false
-			}
-			if e := s.entries[k]; !e.Deleted {
-				out = append(out, e)
-			}
-			return true
-		})
-		from = next
-	}
+	s.eachChild(prefix, func(k, _ string, below bool) {
+		if e := s.entries[k]; !below && !e.Deleted {
+			out = append(out, e)
+		}
+	})
 	return out
 }
 
@@ -156,6 +142,20 @@ func (s *State) Children(prefix string) []*Signed {
 func (s *State) Segments(prefix string) []string {
 	var out []string
 	seen := map[string]bool{}
+	s.eachChild(prefix, func(_, seg string, _ bool) {
+		if !seen[seg] {
+			seen[seg] = true
+			out = append(out, seg)
+		}
+	})
+	slices.Sort(out) // "a/x" comes after "a-b" and "a.c": a subtree may follow later keys
+	return out
+}
+
+// eachChild calls f, in key order, with each key held one segment below
+// prefix, its segment, and whether the key lies below the segment: of
+// such a subtree f sees the first key only, the rest is skipped.
+func (s *State) eachChild(prefix string, f func(k, seg string, below bool)) {
 	from := prefix
 	for from != "" {
 		next := ""
@@ -164,12 +164,9 @@ func (s *State) Segments(prefix string) []string {
 				return false
 			}
 			seg, _, below := strings.Cut(k[len(prefix):], "/")
-			if !seen[seg] {
-				seen[seg] = true
-				out = append(out, seg)
-			}
+			f(k, seg, below)
 			if below {
-				// Past this segment's subtree: '0' is the byte after '/'.
+				// Past this subtree: '0' is the byte after '/'.
 				next = prefix + seg + "0"
 				return false
 			}
@@ -177,8 +174,6 @@ func (s *State) Segments(prefix string) []string {
 		})
 		from = next
 	}
-	slices.Sort(out) // "a/x" comes after "a-b" and "a.c": a subtree may follow later keys
-	return out
 }
 
 // forget drops key, whatever its version, and returns what was held.

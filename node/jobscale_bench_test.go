@@ -39,14 +39,7 @@ func BenchmarkJobWaitPerAck(b *testing.B) {
 	fleets := map[int]fleet{}
 	for _, n := range sizes {
 		var f fleet
-		for range n {
-			k, _, err := crypto.GenerateEd25519Key(rand.Reader)
-			if err != nil {
-				b.Fatal(err)
-			}
-			id, _ := peer.IDFromPrivateKey(k)
-			f.keys, f.ids = append(f.keys, k), append(f.ids, id.String())
-		}
+		f.keys, f.ids = identities(b, n)
 		fleets[n] = f
 	}
 	// one job to the fleet of size n, written by w, and its acks, signed
@@ -138,13 +131,7 @@ func BenchmarkJobWriterPasses(b *testing.B) {
 	writers := make([]*Node, len(sizes))
 	for i, n := range sizes {
 		w := startNode(b, loopbackConfig(b, fmt.Sprintf("w%d", n)))
-		var keys []crypto.PrivKey
-		var ids []string
-		for range n {
-			k, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-			id, _ := peer.IDFromPrivateKey(k)
-			keys, ids = append(keys, k), append(ids, id.String())
-		}
+		keys, ids := identities(b, n)
 		now := w.now()
 		for job := range 2 * jobsHeld {
 			id := writeJobTo(b, w, ids, time.Hour)
@@ -191,6 +178,22 @@ func BenchmarkJobWriterPasses(b *testing.B) {
 	}
 	b.ReportMetric(float64(collect[1])/float64(collect[0]), fmt.Sprintf("collect_%d/%d", sizes[1], sizes[0]))
 	b.ReportMetric(float64(fetch[1])/float64(fetch[0]), fmt.Sprintf("fetch_%d/%d", sizes[1], sizes[0]))
+}
+
+// identities makes n node identities: their keys, and their peer IDs as
+// jobs name their targets.
+func identities(t testing.TB, n int) ([]crypto.PrivKey, []string) {
+	t.Helper()
+	keys, ids := make([]crypto.PrivKey, n), make([]string, n)
+	for i := range n {
+		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := peer.IDFromPrivateKey(k)
+		keys[i], ids[i] = k, id.String()
+	}
+	return keys, ids
 }
 
 // writeJobTo writes, on w, a job to the nodes ids (by peer ID) that

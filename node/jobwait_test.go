@@ -2,11 +2,9 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/node/api"
@@ -18,13 +16,7 @@ import (
 // that never acked as expired.
 func TestWaitJobStreamsAcksAndEndsAtExpiry(t *testing.T) {
 	w := startNode(t, loopbackConfig(t, "w"))
-	var keys []crypto.PrivKey
-	var ids []string
-	for range 3 {
-		k, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-		id, _ := peer.IDFromPrivateKey(k)
-		keys, ids = append(keys, k), append(ids, id.String())
-	}
+	keys, ids := identities(t, 3)
 	id := writeJobTo(t, w, ids, 3*time.Second)
 	rows := make(chan api.JobTarget, 10)
 	waited := make(chan error, 1)

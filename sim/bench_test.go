@@ -201,10 +201,14 @@ func waitID(b testing.TB, ch chan string, id string) {
 // arrives, as it would in a fleet.
 func quietCluster(b testing.TB, cfg Config, keepSync bool) *Sim {
 	cfg.Joins, cfg.Latency, cfg.Dir = 3, 10*time.Millisecond, b.TempDir()
+	tune := cfg.Tune
 	cfg.Tune = func(i int, c *node.Config) {
 		c.ProbeInterval = time.Hour
 		if !keepSync {
 			c.SyncInterval = time.Hour
+		}
+		if tune != nil {
+			tune(i, c)
 		}
 	}
 	s, err := New(cfg)

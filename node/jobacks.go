@@ -139,10 +139,13 @@ func (n *Node) fetchMissingAcks() {
 			continue
 		}
 		for _, t := range v.unfinal {
-			if t == self.String() {
+			if t.ID == "" {
+				t.ID, _ = n.targetByHex(t.Hash)
+			}
+			if t.ID == "" || t.ID == self.String() {
 				continue
 			}
-			id, err := peer.Decode(t)
+			id, err := peer.Decode(t.ID)
 			if err != nil || n.replica.ScopeWith(id) == gossip.Full || n.host.Network().Connectedness(id) != network.Connected {
 				continue
 			}

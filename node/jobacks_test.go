@@ -12,6 +12,7 @@ import (
 	"github.com/tribeagent/tribe/gossip"
 
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/jobs"
 )
 
 func TestAckFetchBackoff(t *testing.T) {
@@ -251,5 +252,29 @@ func TestTargetSyncsOnceAJob(t *testing.T) {
 	// syncs a job made 2n+1.
 	if got := b.replica.StoreCommits() - before; got > n+n/2 {
 		t.Errorf("b made %d commits for %d jobs; want about one a job", got, n)
+	}
+}
+
+// A writer asks for a missing ack a target whose node record it did not
+// hold when it last read the job (a job's kept row names such a target by
+// its hash), once the record is back: the record changes no ack, so the
+// row is not made again.
+func TestWriterAsksATargetKnownLater(t *testing.T) {
+	ctx := context.Background()
+	a, b, _, _, j := trustedJobDone(t)
+	ackB, recB := ackKey(j.ID, b.ID()), nodesPrefix+b.ID().String()
+	if err := a.replica.Forget(ackB, recB); err != nil {
+		t.Fatal(err)
+	}
+	a.collectJobs() // the row made with b unknown: pending, b by its hash
+	if _, err := a.replica.FetchKeys(ctx, b.ID(), recB); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.targetByHash(jobs.TargetHash(b.ID().String())); !ok {
+		t.Fatal("a does not know b again")
+	}
+	a.fetchMissingAcks()
+	if _, ok := a.replica.Get(ackB); !ok {
+		t.Fatalf("the writer did not ask b for its ack (fetched %d)", a.jobs.acksFetched.Load())
 	}
 }

@@ -237,10 +237,12 @@ type listView struct {
 	until    time.Time // zero: nothing left to pass
 	view     api.Job
 	finished time.Time // when the last target ended (the summary's Finished)
-	// unfinal are the peer IDs of the targets known here whose ack is
-	// not final, for a job that is pending: what its writer may ask them
-	// for (fetchMissingAcks).
-	unfinal []string
+	// unfinal are the targets whose ack is not final, for a job that is
+	// pending: what its writer may ask them for (fetchMissingAcks). One
+	// no node here was known by when the row was made has its hash only,
+	// looked up again at each use: a record that arrives later changes no
+	// ack, so it does not drop the row.
+	unfinal []jobs.Target
 }
 
 // listView is job j's row, from e, kept or made.
@@ -270,8 +272,8 @@ func (n *Node) keptView(e *gossip.Signed, j *jobs.Job) listView {
 	v = listView{hash: e.Hash, view: view, finished: sum.Finished}
 	if sum.State == jobs.Pending {
 		for _, t := range sum.Targets {
-			if t.ID != "" && !t.Ack.State.Final() {
-				v.unfinal = append(v.unfinal, t.ID)
+			if !t.Ack.State.Final() {
+				v.unfinal = append(v.unfinal, t)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -695,6 +696,19 @@ func (n *Node) targetByHash(h [8]byte) (string, bool) {
 	defer n.jobs.mu.Unlock()
 	id, ok := n.jobs.targets[h]
 	return id, ok
+}
+
+// targetByHex is targetByHash for a hash as a job's status writes it
+// (jobs.Target.Hash).
+func (n *Node) targetByHex(h string) (string, bool) {
+	var b [8]byte
+	if hex.DecodedLen(len(h)) != len(b) {
+		return "", false
+	}
+	if _, err := hex.Decode(b[:], []byte(h)); err != nil {
+		return "", false
+	}
+	return n.targetByHash(b)
 }
 
 // summarize is a job across its targets, as this node knows it.

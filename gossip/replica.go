@@ -570,6 +570,14 @@ func (r *Replica) check(e *Signed, now time.Time) error { return r.Trust().Check
 func (r *Replica) SetTrust(t Trust) (changed int, err error) {
 	r.commits.mu.Lock() // no commit between the store's load and the swap
 	defer r.commits.mu.Unlock()
+	// Entries applied but not stored yet (commitBehind: peers' broadcast
+	// entries, this node's PutBehind writes) are not in the store the
+	// state is loaded from: stored first, or the reload would drop them.
+	if len(r.commits.behind) > 0 {
+		if _, err := r.commitLocked(nil); err != nil {
+			return 0, fmt.Errorf("gossip: storing the entries applied before the trust list changed: %w", err)
+		}
+	}
 	r.mu.Lock()
 	st := NewState(t)
 	st.SetDirect(r.cfg.Direct)

@@ -1,7 +1,9 @@
 package gossip
 
 import (
+	"context"
 	"crypto/rand"
+	mrand "math/rand/v2"
 	"errors"
 	"slices"
 	"sync"
@@ -84,5 +86,35 @@ func TestSetTrustReloadsTheStateUnderTheNewList(t *testing.T) {
 	defer mu.Unlock()
 	if want := []string{"tribes/y gone", "tribes/y back"}; !slices.Equal(seen, want) {
 		t.Errorf("watchers saw %v, want %v", seen, want)
+	}
+}
+
+// SetTrust loads the state from the store, so it first stores the entries
+// applied before they were stored (a peer's broadcast entry, this node's
+// PutBehind write): a reload within a second of gossip dropped them from
+// memory, and the flush then had nothing to store.
+func TestSetTrustKeepsEntriesAppliedBehind(t *testing.T) {
+	n := newTestNet(t)
+	r := n.r
+	a := newAuthor(t, mrand.New(mrand.NewPCG(9, 9)))
+	gossiped := a.write(t, n.clock.now(), "tribes/gossiped", "v", false)
+	r.applyGossiped([]*Signed{gossiped})
+	own, err := r.PutBehind(context.Background(), "tribes/own", []byte("v"), func(*Signed) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.SetTrust(NewTrust()); err != nil { // the same open list: a reload
+		t.Fatal(err)
+	}
+	st := NewState(NewTrust())
+	if _, _, err := LoadState(r.store, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{gossiped.Key, own.Key} {
+		_, held := r.Get(k)
+		_, stored := st.Get(k)
+		if !held || !stored {
+			t.Errorf("%s: held %v, stored %v after SetTrust", k, held, stored)
+		}
 	}
 }

@@ -3,8 +3,8 @@ package gossip
 import (
 	"context"
 	"crypto/rand"
-	mrand "math/rand/v2"
 	"errors"
+	mrand "math/rand/v2"
 	"slices"
 	"sync"
 	"testing"

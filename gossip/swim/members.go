@@ -3,6 +3,7 @@ package swim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -392,7 +393,21 @@ func (m *Members) Apply(us []Update, now time.Time) []Change {
 }
 
 func (m *Members) apply(u Update, now time.Time) (Change, bool) {
+	if u.Incarnation >= MaxIncarnation {
+		m.bad++ // no node says that: one more refutation would wrap
+		return Change{}, false
+	}
 	if u.Node == m.cfg.Self {
+		// A claim about this node is checked before it is answered:
+		// a forged accusation must not raise the incarnation or make
+		// this node think itself slow.
+		if m.leaving || (u.State != Suspect && u.State != Dead) {
+			return Change{}, false
+		}
+		if m.cfg.Verify != nil && !m.cfg.Verify(u) {
+			m.bad++
+			return Change{}, false
+		}
 		m.refute(u)
 		return Change{}, false
 	}
@@ -454,15 +469,19 @@ func (m *Members) apply(u Update, now time.Time) (Change, bool) {
 	return Change{Node: u.Node, State: u.State}, true
 }
 
-// refute answers a claim about this node: a suspicion or a death of its
+// MaxIncarnation bounds the incarnations a node takes: an update of this
+// one or higher is refused and counted bad. A node starts from the Unix
+// time in milliseconds (about 2^41) and adds one per refutation, so no
+// honest node comes near; without the bound, a claim at the largest
+// uint64 would make the refutation wrap to 0, which nobody believes.
+const MaxIncarnation = math.MaxUint64 / 2
+
+// refute answers a verified claim about this node: a suspicion or a death of its
 // current incarnation or a later one is answered with a higher
 // incarnation, alive (unless it is leaving); one of an older incarnation
 // with the current one, for whoever missed it (a member that learned of
 // this node from its record knows no incarnation yet).
 func (m *Members) refute(u Update) {
-	if m.leaving || (u.State != Suspect && u.State != Dead) {
-		return
-	}
 	if u.Incarnation >= m.inc {
 		m.inc = u.Incarnation + 1
 	}

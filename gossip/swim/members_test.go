@@ -1,6 +1,7 @@
 package swim
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -93,6 +94,45 @@ func TestRefute(t *testing.T) {
 		if u.State == Alive {
 			t.Fatalf("a leaving node refuted: %+v", u)
 		}
+	}
+}
+
+// TestRefuteOnlyVerifiedClaims: a claim about this node whose signature
+// fails is counted bad and answered with nothing (it neither raises the
+// incarnation nor makes the node think itself slow), and no update at or
+// past MaxIncarnation is taken, not even a signed one: a refutation of
+// it would wrap to 0, and the node would stay dead for everyone.
+func TestRefuteOnlyVerifiedClaims(t *testing.T) {
+	m := NewMembers(Config{Self: "a", Verify: func(u Update) bool { return string(u.Sig) == "ok" }}, rand.New(rand.NewPCG(1, 2)))
+	m.Add("b", t0)
+	m.Announce(10)
+	for range 100 { // its alive spent
+		if len(m.Piggyback()) == 0 {
+			break
+		}
+	}
+	for _, st := range []State{Suspect, Dead} {
+		m.Apply([]Update{{Node: "a", State: st, Incarnation: MaxIncarnation - 1, From: "b", Sig: []byte("forged")}}, t0)
+	}
+	if inc, h, bad := m.Incarnation(), m.Health(), m.Bad(); inc != 10 || h != 0 || bad != 2 {
+		t.Fatalf("after two forged claims: incarnation %d, health %d, bad %d; want 10, 0, 2", inc, h, bad)
+	}
+	if got := m.Piggyback(); len(got) != 0 {
+		t.Fatalf("a forged claim answered with %+v", got)
+	}
+	m.Apply([]Update{
+		{Node: "a", State: Dead, Incarnation: MaxIncarnation, From: "b", Sig: []byte("ok")},
+		{Node: "b", State: Alive, Incarnation: math.MaxUint64, From: "b", Sig: []byte("ok")},
+	}, t0)
+	if inc, bad := m.Incarnation(), m.Bad(); inc != 10 || bad != 4 {
+		t.Fatalf("after signed claims at MaxIncarnation and past it: incarnation %d, bad %d; want 10, 4", inc, bad)
+	}
+	if _, inc, _ := m.State("b"); inc >= MaxIncarnation {
+		t.Fatalf("b taken at incarnation %d", inc)
+	}
+	m.Apply([]Update{{Node: "a", State: Suspect, Incarnation: 10, From: "b", Sig: []byte("ok")}}, t0)
+	if inc := m.Incarnation(); inc != 11 {
+		t.Fatalf("a verified suspicion of 10 refuted at %d, want 11", inc)
 	}
 }
 

@@ -174,7 +174,7 @@ func (r *Replica) commitBatch(batch []*commitReq) {
 			if !ok {
 				cur, _ = r.state.Version(e.Key)
 			}
-			if cur == nil || e.newer(&cur.Entry) {
+			if cur == nil || e.newer(cur) {
 				winner[e.Key] = e
 				from[e] = q
 			}

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -46,12 +47,21 @@ type Entry struct {
 	Deleted bool
 }
 
-// newer reports whether e's version beats o's.
-func (e *Entry) newer(o *Entry) bool {
+// newer reports whether e's version beats o's: the higher (HLC, author)
+// wins, and of two envelopes an author signed with one clock (only that
+// author's own doing: a bug, or a peer playing games with its own keys)
+// the one with the higher hash, so that every replica keeps the same one
+// whichever came first; keeping the first, replicas that saw them in
+// different orders never agreed, and every pull between them fetched and
+// checked the key again.
+func (e *Signed) newer(o *Signed) bool {
 	if e.HLC != o.HLC {
 		return e.HLC > o.HLC
 	}
-	return e.Author > o.Author
+	if e.Author != o.Author {
+		return e.Author > o.Author
+	}
+	return bytes.Compare(e.Hash[:], o.Hash[:]) > 0
 }
 
 // payload is the record.Record that envelopes carry.

@@ -612,7 +612,7 @@ func (r *Replica) SetTrust(t Trust) (changed int, err error) {
 }
 
 func sameVersion(a, b *Signed) bool {
-	return a.HLC == b.HLC && a.Author == b.Author && a.Deleted == b.Deleted
+	return a.Hash == b.Hash
 }
 
 // validate is the topic validator: it rejects (not ignores) anything that

@@ -79,7 +79,7 @@ func (s *State) Apply(e *Signed, now time.Time) (*Change, error) {
 		return nil, err
 	}
 	old := s.entries[e.Key]
-	if old != nil && !e.newer(&old.Entry) {
+	if old != nil && !e.newer(old) {
 		return nil, nil
 	}
 	s.entries[e.Key] = e

@@ -124,6 +124,20 @@ func (b *peerBook) put(p peer.ID, h hello) (old hello, had bool) {
 	return old, had
 }
 
+// forget drops what p's hello said.
+func (b *peerBook) forget(p peer.ID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, p)
+}
+
+// size is how many peers the book holds.
+func (b *peerBook) size() int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return len(b.m)
+}
+
 func (n *Node) ownHello() hello {
 	return hello{Name: n.cfg.Name, Cluster: n.cfg.Cluster, Version: Version, Boot: n.boot}
 }
@@ -144,6 +158,19 @@ func (n *Node) helloTo(p peer.ID) helloMsg {
 // has told us it speaks it.
 func (n *Node) startHello() error {
 	n.host.SetStreamHandler(HelloProtocol, n.handleHello)
+	// A peer that does not count is forgotten once gone: identities cost
+	// nothing to make, and each one that said hello stayed in the book
+	// for good. The hellos of nodes that count stay, so that one that
+	// comes back restarted is told apart (restarted).
+	err := n.onEvent(new(event.EvtPeerConnectednessChanged), func(e any) {
+		ev := e.(event.EvtPeerConnectednessChanged)
+		if ev.Connectedness != network.Connected && !n.rules().Counts(ev.Peer) {
+			n.peers.forget(ev.Peer)
+		}
+	})
+	if err != nil {
+		return err
+	}
 	return n.onEvent(new(event.EvtPeerIdentificationCompleted), func(e any) {
 		ev := e.(event.EvtPeerIdentificationCompleted)
 		if !slices.Contains(ev.Protocols, HelloProtocol) {

@@ -64,6 +64,49 @@ func TestSwimRefusesStrangers(t *testing.T) {
 	}
 }
 
+// What a stranger's pings and hellos leave behind: its pings are answered
+// with a plain ack (this node's gossip, each update sent a bounded number
+// of times, is for its members: a stranger's pings spent it), and once
+// gone it is neither in the peer book nor among the nodes heard from
+// (identities cost nothing: each one stayed for good).
+func TestStrangersGetNoGossipAndLeaveNoTrace(t *testing.T) {
+	admin, stranger := adminAndStranger(t)
+	ping := swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPing})
+	for range 20 {
+		admin.swim.d.Announce(uint64(admin.now().UnixMilli()) + 1<<20) // something to tell
+		ans, err := swimSend(t, stranger, admin.ID(), ping)
+		if err != nil || ans.Kind != swim.KindAck || len(ans.Msg.Updates) != 0 {
+			t.Fatalf("a stranger's ping answered %+v, %v; want a plain ack", ans, err)
+		}
+	}
+	before := admin.peers.size()
+	const k = 10
+	var gone []peer.ID
+	for range k {
+		h := bareHostConnectedTo(t, admin)
+		s, err := h.NewStream(context.Background(), admin.ID(), HelloProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeHello(s, helloMsg{hello: hello{Name: "x", Cluster: admin.cfg.Cluster, Version: "v"}})
+		readHello(s)
+		s.Close()
+		if s, err = h.NewStream(context.Background(), admin.ID(), SwimProtocol); err == nil {
+			s.Write(ping)
+			s.CloseWrite()
+			readSwimFrame(s, false)
+		}
+		gone = append(gone, h.ID())
+		h.Close()
+	}
+	waitFor(t, "the strangers' hellos to be forgotten", func() bool { return admin.peers.size() <= before })
+	for _, p := range append(gone, stranger.ID()) {
+		if _, heard, _ := admin.swimView(p); !heard.IsZero() {
+			t.Errorf("%s, a stranger, is among the nodes heard from", p)
+		}
+	}
+}
+
 // A forged claim changes nothing and is counted; a signed claim by a node
 // that counts changes the view, and the node it is about refutes it.
 func TestSwimForgeryAndRefutation(t *testing.T) {

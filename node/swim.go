@@ -272,6 +272,8 @@ func (n *Node) swimMember(p peer.ID) {
 }
 
 // swimHeard notes that p answered a probe or sent one: it was alive then.
+// Only for nodes that count: a stranger's identities, free to make, would
+// each stay in heard for good.
 func (n *Node) swimHeard(p peer.ID) {
 	now := n.now()
 	n.swim.mu.Lock()
@@ -494,7 +496,10 @@ func (n *Node) serveSwim(s network.Stream) {
 		s.Reset()
 		return
 	}
-	n.swimHeard(remote)
+	counts := n.rules().Counts(remote)
+	if counts {
+		n.swimHeard(remote)
+	}
 	if f.Kind == swim.KindSync {
 		// What it holds stale first, then what this node holds not alive.
 		fix := n.swim.d.Corrections(f.Msg.Updates)
@@ -508,12 +513,19 @@ func (n *Node) serveSwim(s network.Stream) {
 	}
 	ans := swim.Frame{Kind: swim.KindAck}
 	switch {
-	case f.Kind == swim.KindPing:
+	case f.Kind == swim.KindPing && counts:
 		ans.Msg = n.swim.d.HandlePing(string(remote), f.Msg)
+	case f.Kind == swim.KindPing:
+		// A plain ack: this node's gossip is for its members. Handed to
+		// whoever pings, a stranger's few pings spent every update's
+		// sends (a refutation went to the stranger only).
+		n.swim.d.Receive(f.Msg)
 	default:
-		// Only members are probed for others: a ping-req is no way to
-		// make this node dial whatever a stranger names.
-		if _, known := n.swim.d.State(f.Target); !known || f.Target == string(n.host.ID()) {
+		// Only members are probed for others, and only for nodes that
+		// count (helpers are picked among members): a ping-req is no
+		// way to make this node dial whatever a stranger names, nor to
+		// make it probe for a stranger.
+		if _, known := n.swim.d.State(f.Target); !counts || !known || f.Target == string(n.host.ID()) {
 			ans.Kind = swim.KindNack
 			break
 		}

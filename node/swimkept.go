@@ -236,8 +236,13 @@ func (n *Node) serveSwimKept(s network.Stream) {
 		ans := swim.Frame{Kind: swim.KindBusy}
 		select {
 		case n.swim.serving <- struct{}{}:
-			n.swimHeard(p)
-			ans = swim.Frame{Kind: swim.KindAck, Msg: n.swim.d.HandlePing(string(p), f.Msg)}
+			ans = swim.Frame{Kind: swim.KindAck}
+			if n.rules().Counts(p) { // a stranger gets a plain ack (serveSwim)
+				n.swimHeard(p)
+				ans.Msg = n.swim.d.HandlePing(string(p), f.Msg)
+			} else {
+				n.swim.d.Receive(f.Msg)
+			}
 			<-n.swim.serving
 		default:
 			n.swim.busy.Add(1)

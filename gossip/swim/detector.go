@@ -442,6 +442,12 @@ func (d *Detector) gossipTargets(near []string) []string {
 	return d.m.Random(d.cfg.GossipNodes, true, busy...)
 }
 
+// Receive takes what a message from a node that is not a member carried,
+// and answers nothing: what a node has to tell is for its members (each
+// update goes out a bounded number of times, which a stranger's pings
+// must not spend). Each update is still verified.
+func (d *Detector) Receive(m Message) { d.receive(m) }
+
 // HandlePing answers a probe (or gossip) from node from.
 func (d *Detector) HandlePing(from string, m Message) Message {
 	d.receive(m)

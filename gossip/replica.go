@@ -69,13 +69,15 @@ type Watcher func(Change)
 type Replica struct {
 	cfg   ReplicaConfig         // cfg.Trust is the trust list at start; see trust
 	trust atomic.Pointer[Trust] // the trust list in force (SetTrust)
-	h     host.Host
-	key   crypto.PrivKey
-	self  peer.ID // key's
-	store *Store
-	log   *slog.Logger
-	now   func() time.Time
-	rng   *rand.Rand // guarded by mu
+	// counts says whose entries count (SetCounts); nil: everyone's.
+	counts atomic.Pointer[func(peer.ID) bool]
+	h      host.Host
+	key    crypto.PrivKey
+	self   peer.ID // key's
+	store  *Store
+	log    *slog.Logger
+	now    func() time.Time
+	rng    *rand.Rand // guarded by mu
 
 	commits committer // see commit.go
 
@@ -554,10 +556,46 @@ func (r *Replica) StoreCommits() int64 { return r.store.Commits() }
 // Trust is the replica's trust list.
 func (r *Replica) Trust() Trust { return *r.trust.Load() }
 
-// check validates an opened entry against the trust list in force. It
+// check validates an opened entry against the trust list in force, and
+// that its author may hold entries beyond its record (checkCounts). It
 // takes no lock: the pubsub validator, pushes and pulls check before they
 // apply.
-func (r *Replica) check(e *Signed, now time.Time) error { return r.Trust().Check(e, now) }
+func (r *Replica) check(e *Signed, now time.Time) error {
+	t := r.Trust()
+	if err := t.Check(e, now); err != nil {
+		return err
+	}
+	return r.checkCounts(t, e)
+}
+
+// ErrNotAdmitted refuses an entry that a node whose entries do not count
+// yet wrote under its own name, other than its record.
+var ErrNotAdmitted = errors.New("gossip: author not admitted")
+
+// SetCounts sets who counts: with trusted writers set, the nodes they
+// admitted and themselves (the node's rules). Until it is set, every
+// entry the trust list allows is taken.
+func (r *Replica) SetCounts(f func(peer.ID) bool) { r.counts.Store(&f) }
+
+// checkCounts refuses, in a cluster with trusted writers, the entries of a
+// node that does not count (pending, revoked, or a stranger) other than
+// its record: its policy memberships and job acks would count for nothing
+// until a trusted writer admitted it, but every node stored them, and
+// identities are free to make, so one peer could fill every node's disk.
+// Its record is taken (trusted writers admit nodes by what it says). Once
+// admitted, a node publishes its entries again (the node does, on its
+// admission), and anti-entropy brings them too.
+func (r *Replica) checkCounts(t Trust, e *Signed) error {
+	f := r.counts.Load()
+	if f == nil || t.Trusted(e.Author) {
+		return nil
+	}
+	k, _, err := classify(e.Key)
+	if err != nil || k.Writer != Self || k.Name == "node" || (*f)(e.Author) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s by %s", ErrNotAdmitted, e.Key, e.Author)
+}
 
 // SetTrust replaces the trust list while the replica runs (tribe reload):
 // the state is loaded again from the store under the new list, as at
@@ -774,7 +812,7 @@ func (r *Replica) collect() {
 
 // Counters of refused input, by reason.
 type counters struct {
-	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture atomic.Int64
+	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, notAdmitted atomic.Int64
 
 	// Sync streams (see refuseSync): malformed in either direction,
 	// entries sent that were not asked for, penalties given, pulls of
@@ -803,6 +841,8 @@ func (c *counters) reject(err error) {
 		c.unknownKey.Add(1)
 	case errors.Is(err, ErrFromFuture):
 		c.fromFuture.Add(1)
+	case errors.Is(err, ErrNotAdmitted):
+		c.notAdmitted.Add(1)
 	default:
 		c.malformed.Add(1)
 	}
@@ -820,6 +860,7 @@ func (r *Replica) Rejected() map[string]int64 {
 		"unauthorized":             c.unauthorized.Load(),
 		"unknown_key":              c.unknownKey.Load(),
 		"from_future":              c.fromFuture.Load(),
+		"not_admitted":             c.notAdmitted.Load(),
 		"sync_malformed":           c.syncMalformed.Load(),
 		"sync_unwanted":            c.syncUnwanted.Load(),
 		"sync_penalised":           c.syncPenalised.Load(),

@@ -388,10 +388,10 @@ var errDisagreed = errors.New("gossip: too many entries this node does not accep
 
 // disagreement reports whether err refuses a well-signed entry for a
 // reason an honest peer can have: its key kind is unknown here, its author
-// is not authorised by this node's trust list, or it is ahead of this
-// node's clock.
+// is not authorised by this node's trust list (or not admitted, as far as
+// this node knows yet), or it is ahead of this node's clock.
 func disagreement(err error) bool {
-	return errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrFromFuture)
+	return errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrFromFuture) || errors.Is(err, ErrNotAdmitted)
 }
 
 // applyFetched checks the entries of a sync response as pubsub entries are

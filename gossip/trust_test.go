@@ -118,3 +118,52 @@ func TestSetTrustKeepsEntriesAppliedBehind(t *testing.T) {
 		}
 	}
 }
+
+// With trusted writers set, a node that does not count (SetCounts) may
+// hold its record in the state and nothing else: its memberships and
+// acks are refused and counted not_admitted; a node that counts, and
+// anyone in an open cluster, writes what the table allows.
+func TestEntriesOfNodesThatDoNotCount(t *testing.T) {
+	n := newTestNet(t)
+	r := n.r
+	rng := mrand.New(mrand.NewPCG(3, 4))
+	writer, pending, admitted := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
+	if _, err := r.SetTrust(NewTrust(writer.id)); err != nil {
+		t.Fatal(err)
+	}
+	r.SetCounts(func(p peer.ID) bool { return p == writer.id || p == admitted.id })
+	now := n.clock.now()
+	for _, c := range []struct {
+		a   *author
+		key string
+		ok  bool
+	}{
+		{pending, "nodes/" + pending.id.String(), true},
+		{pending, "tribes/web/members/" + pending.id.String() + "/policy", false},
+		{pending, "jobs/j1/acks/" + pending.id.String(), false},
+		{admitted, "tribes/web/members/" + admitted.id.String() + "/policy", true},
+		{admitted, "jobs/j1/acks/" + admitted.id.String(), true},
+		{writer, "tribes/web", true},
+	} {
+		err := r.check(c.a.write(t, now, c.key, "{}", false), now)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrNotAdmitted)) {
+			t.Errorf("%s: %v, want allowed %v", c.key, err, c.ok)
+		}
+	}
+	e := pending.write(t, now, "tribes/web/members/"+pending.id.String()+"/policy", "{}", false)
+	if _, err := r.Accept(pending.id, e.Raw); !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("a pending node's pushed membership: %v", err)
+	}
+	if got := r.Rejected()["not_admitted"]; got != 1 {
+		t.Fatalf("not_admitted %d, want 1", got)
+	}
+	if _, held := r.Get(e.Key); held {
+		t.Fatal("the refused membership is held")
+	}
+	if _, err := r.SetTrust(NewTrust()); err != nil { // open: everyone writes
+		t.Fatal(err)
+	}
+	if err := r.check(e, now); err != nil {
+		t.Fatalf("open cluster: %v", err)
+	}
+}

@@ -59,7 +59,13 @@ func (n *Node) initAuthority() {
 	a.admitted = map[peer.ID]authority.Admission{}
 	a.backed = map[string]backing{}
 	a.nameOf, a.byName, a.admName = map[peer.ID]string{}, map[string][]peer.ID{}, map[string][]peer.ID{}
-	n.replica.Watch(authority.AdmittedPrefix, func(c gossip.Change) { n.applyAdmission(c.Key, c.New) })
+	self := authority.AdmittedPrefix + n.host.ID().String()
+	n.replica.Watch(authority.AdmittedPrefix, func(c gossip.Change) {
+		n.applyAdmission(c.Key, c.New)
+		if c.Key == self && n.rules().Counts(n.host.ID()) {
+			n.spawn(n.announceOwn)
+		}
+	})
 	n.replica.Watch(policiesPrefix, func(gossip.Change) {
 		a.mu.Lock()
 		a.policyGen++
@@ -73,6 +79,20 @@ func (n *Node) initAuthority() {
 	}
 	for _, e := range n.replica.Prefix(nodesPrefix) {
 		n.checkArrivingRecord(gossip.Change{Key: e.Key, New: e})
+	}
+	// Only now that the admissions are loaded: entries of nodes that do
+	// not count, beyond their records, are refused (gossip.ErrNotAdmitted).
+	n.replica.SetCounts(func(p peer.ID) bool { return n.rules().Counts(p) })
+}
+
+// announceOwn publishes this node's policy memberships again, once it is
+// admitted: other nodes refused them while it was pending.
+func (n *Node) announceOwn() {
+	suffix := "/members/" + n.host.ID().String() + "/policy"
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		if strings.HasSuffix(e.Key, suffix) {
+			n.replica.Announce(n.ctx, e)
+		}
 	}
 }
 

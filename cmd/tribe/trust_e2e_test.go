@@ -101,15 +101,16 @@ func TestAdmissionAndGrantsEndToEnd(t *testing.T) {
 		t.Fatalf("admitted member n1 -> db: exit %d %+v\n%s", code, got, stderr)
 	}
 
-	// A rogue peer with a fresh identity writes the one kind of entry it
-	// may sign: its own record (claiming n2's name) and its own
-	// membership of db, by a policy that does not exist.
+	// A rogue peer with a fresh identity writes the kinds of entry it
+	// may sign: its own record (claiming n2's name), which n2 holds as a
+	// pending node's, and its own membership of db, by a policy that
+	// does not exist, which n2 refuses (it counts for nobody).
 	rogue := newRogue(t, n2.tcpJoin())
 	rogue.publish(t, "nodes/"+rogue.id.String(), `{"name":"n2","addrs":[],"version":"x"}`)
 	rogue.publish(t, "tribes/db/members/"+rogue.id.String()+"/policy", `{"policies":["no-such-policy"]}`)
 	waitUntil(t, 30*time.Second, "n2 to count the rogue's membership and name claim", func() bool {
 		st := n2.status()
-		return st.Rejected["membership_unbacked"] >= 1 && st.Pending == 1
+		return st.Rejected["not_admitted"] >= 1 && st.Pending == 1
 	})
 	var members []api.Member
 	n2.cliJSON(&members, "members", "db")

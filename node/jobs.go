@@ -575,7 +575,9 @@ func (n *Node) callJob(j *jobs.Job) jobs.Result {
 
 // authorizeJob finds the instance job j runs on, as a call from its
 // writer would be authorised: the plugin loaded in a tribe of the job
-// this node is a member of, or any tribe that loaded it.
+// this node is a member of, or, for a job sent to named nodes only, any
+// tribe that loaded it. A tribe job never falls back to another tribe's
+// plugin: its writer loaded the plugin for its tribes, not for others.
 func (n *Node) authorizeJob(writer peer.ID, j *jobs.Job) (*plugins.Instance, error) {
 	var tribes []string
 	for _, t := range j.Tribes {
@@ -583,7 +585,12 @@ func (n *Node) authorizeJob(writer peer.ID, j *jobs.Job) (*plugins.Instance, err
 			tribes = append(tribes, t)
 		}
 	}
-	tribes = append(tribes, "")
+	if len(j.Tribes) == 0 {
+		tribes = append(tribes, "")
+	}
+	if len(tribes) == 0 {
+		return nil, plugins.Errorf(plugins.CodeNotLoaded, "this node is not a member of a tribe of the job (%s)", strings.Join(j.Tribes, ", "))
+	}
 	var inst *plugins.Instance
 	var err error
 	for _, t := range tribes {

@@ -460,3 +460,30 @@ func writeEchoJob(t *testing.T, a, b *Node, tribes ...string) (*jobs.Job, *gossi
 	}
 	return j, e
 }
+
+// A tribe job runs only on the plugin loaded for one of its tribes, not
+// on one another tribe of the target loaded: here echo is loaded for t,
+// and b is a member of u too, which did not load it.
+func TestTribeJobNotAuthorisedThroughAnotherTribe(t *testing.T) {
+	a, b := writerAndTarget(t, "echo", func(*Config) {})
+	ctx := context.Background()
+	if _, err := a.CreateTribe(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Join(ctx, "u", []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b a member of u", func() bool { return b.isMember("u", b.ID()) })
+	for _, tribes := range [][]string{{"u"}, {"v"}} {
+		j, _ := writeEchoJob(t, a, b, tribes...)
+		if _, err := b.authorizeJob(a.ID(), j); err == nil {
+			t.Errorf("a job of tribe %v authorised on b through t's echo", tribes)
+		}
+	}
+	for _, tribes := range [][]string{{"t"}, {"u", "t"}, nil} {
+		j, _ := writeEchoJob(t, a, b, tribes...)
+		if _, err := b.authorizeJob(a.ID(), j); err != nil {
+			t.Errorf("a job of tribes %v: %v", tribes, err)
+		}
+	}
+}

@@ -667,7 +667,11 @@ func (n *Node) collectJobs() {
 	n.jobs.mu.Unlock()
 	files, _ := os.ReadDir(n.jobDir())
 	for _, f := range files {
-		if id, ok := strings.CutSuffix(f.Name(), ".out"); ok && !live[id] {
+		// A .out.tmp is what a crash between saveJobOutput's write and
+		// its rename leaves: gone with its job, as the .out is (not
+		// sooner: a run of a live job may be writing it now).
+		name := strings.TrimSuffix(f.Name(), ".tmp")
+		if id, ok := strings.CutSuffix(name, ".out"); ok && !live[id] {
 			os.Remove(filepath.Join(n.jobDir(), f.Name()))
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -484,6 +486,33 @@ func TestTribeJobNotAuthorisedThroughAnotherTribe(t *testing.T) {
 		j, _ := writeEchoJob(t, a, b, tribes...)
 		if _, err := b.authorizeJob(a.ID(), j); err != nil {
 			t.Errorf("a job of tribes %v: %v", tribes, err)
+		}
+	}
+}
+
+// The collection removes the outputs of jobs that are gone, and the
+// temporary files a crash left between an output's write and its rename;
+// those of a live job stay.
+func TestCollectionRemovesLeftoverOutputs(t *testing.T) {
+	a, b := writerAndTarget(t, "echo", func(*Config) {})
+	live, _ := writeEchoJob(t, a, b, "t")
+	if err := os.MkdirAll(a.jobDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	gone := "19ab3c5e2f1-a1b2c3d4"
+	files := map[string]bool{ // name: kept
+		gone + ".out": false, gone + ".out.tmp": false,
+		live.ID + ".out": true, live.ID + ".out.tmp": true,
+	}
+	for name := range files {
+		if err := os.WriteFile(filepath.Join(a.jobDir(), name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.collectJobs()
+	for name, kept := range files {
+		if _, err := os.Stat(filepath.Join(a.jobDir(), name)); (err == nil) != kept {
+			t.Errorf("%s: kept %v, want %v", name, err == nil, kept)
 		}
 	}
 }

@@ -153,11 +153,16 @@ func unacked(j *Job, now time.Time) Ack {
 }
 
 // CollectAt is when a job and its acks may be deleted: retention after it
-// finished, or after it expired if it takes new members (which may come
-// until then) or is still pending.
+// expired, or after it finished if that was later (a run that ended past
+// the expiry). Never before the expiry, however early it finished: once
+// its entry and its tombstone are gone, a replayed entry or a replica
+// away longer than the tombstone grace brings the job back, and a target
+// that lost its ack, asking a writer that forgot it too, would run it a
+// second time; back after its expiry, it is only acked expired.
 func CollectAt(j *Job, s Summary, retention time.Duration) time.Time {
-	if s.State == Pending || j.IncludeNew || s.Finished.IsZero() {
-		return j.Expires.Add(retention)
+	at := j.Expires
+	if s.State != Pending && s.Finished.After(at) {
+		at = s.Finished
 	}
-	return s.Finished.Add(retention)
+	return at.Add(retention)
 }

@@ -47,8 +47,8 @@ func TestSummarize(t *testing.T) {
 	if s.State != Done || !s.Finished.Equal(now.Add(time.Second)) {
 		t.Fatalf("all done: %+v", s)
 	}
-	if at := CollectAt(j, s, time.Hour); !at.Equal(now.Add(time.Second + time.Hour)) {
-		t.Fatalf("collect at %v", at)
+	if at := CollectAt(j, s, time.Hour); !at.Equal(j.Expires.Add(time.Hour)) {
+		t.Fatalf("collect at %v, not the retention after the expiry", at)
 	}
 	// A member that joined (include-new) counts once it acked.
 	j.IncludeNew = true
@@ -207,5 +207,35 @@ func TestProgressTakesEachAckOnce(t *testing.T) {
 	p.Set("n1", Ack{}, false) // n1's ack deleted
 	if !p.Pending() {
 		t.Fatal("n1's ack is gone: not pending")
+	}
+}
+
+// A job is collected the retention after it expired or finished,
+// whichever is later: never before its expiry, or a copy of it brought
+// back (replayed, or by a replica away past the tombstone grace) would
+// run again on a target that no longer holds its ack.
+func TestCollectAtNeverBeforeTheExpiry(t *testing.T) {
+	const retention = 7 * 24 * time.Hour
+	j := job("a", 1, func(j *Job) { j.Expires = j.Created.Add(MaxExpiry) })
+	j.SetTargets([]string{"n1"})
+	for _, c := range []struct {
+		name  string
+		ended time.Time
+		state State
+		want  time.Time
+	}{
+		{"done at once", j.Created.Add(time.Second), Done, j.Expires.Add(retention)},
+		{"failed at once", j.Created.Add(time.Second), Failed, j.Expires.Add(retention)},
+		{"ended past the expiry", j.Expires.Add(time.Minute), Done, j.Expires.Add(time.Minute + retention)},
+		{"pending", time.Time{}, Running, j.Expires.Add(retention)},
+	} {
+		now := c.ended
+		if now.IsZero() {
+			now = j.Created
+		}
+		s := Summarize(j, map[string]Ack{"n1": {State: c.state, Ended: c.ended}}, nil, now)
+		if at := CollectAt(j, s, retention); !at.Equal(c.want) {
+			t.Errorf("%s: collected at %v, want %v", c.name, at, c.want)
+		}
 	}
 }

@@ -150,6 +150,14 @@ func (n *Node) handJob(p peer.ID, e *gossip.Signed, taken func() (wait bool)) er
 // final ack of it, if there is one within jobAnswerWait.
 func (n *Node) serveJob(s network.Stream) {
 	from := s.Conn().RemotePeer()
+	// Only a trusted writer can author a job (every peer, with no trust
+	// list): anyone else is refused before it takes a slot, or strangers
+	// could hold every slot and keep the writers' jobs out.
+	if !n.replica.Trust().Trusted(from) {
+		n.jobs.handRefused.Add(1)
+		s.Reset()
+		return
+	}
 	// As a push is taken: not from a peer in its sync cool-down (it sent
 	// what no honest peer sends), and a few at a time.
 	if n.replica.Penalised(from) || !n.jobs.handing.Acquire(from) {

@@ -27,8 +27,13 @@ import (
 // {"output": "<bytes>"} or {"error": "..."}. Only trusted writers may ask.
 const JobOutputProtocol = "/tribe/job-output/1.0.0"
 
-// jobOutputRequestMax bounds a request line.
-const jobOutputRequestMax = 256
+const (
+	// jobOutputRequestMax bounds a request line.
+	jobOutputRequestMax = 256
+	// maxOutputServing bounds the outputs a target sends at once, one
+	// per peer.
+	maxOutputServing = 4
+)
 
 // decodeJobOutputRequest reads a request line, refusing anything else.
 func decodeJobOutputRequest(line []byte) (string, error) {
@@ -51,24 +56,35 @@ type jobOutputAnswer struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// serveJobOutput is a target's side.
+// serveJobOutput is a target's side. Whom it refuses, it refuses before
+// it reads the request or takes a slot: a stranger's stream costs nothing
+// and holds no place a writer needs.
 func (n *Node) serveJobOutput(s network.Stream) {
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(handshakeTimeout))
+	answer := func(a jobOutputAnswer) { json.NewEncoder(s).Encode(a) }
+	from := s.Conn().RemotePeer()
+	if !n.replica.Trust().Trusted(from) {
+		n.jobs.outputRefused.Add(1)
+		answer(jobOutputAnswer{Error: fmt.Sprintf("%s is not a trusted writer: only trusted writers read job outputs", from)})
+		return
+	}
+	// Each answer reads up to a MiB from disk and holds it while it is
+	// sent: a few at once, one per peer.
+	if n.replica.Penalised(from) || !n.jobs.outputs.Acquire(from) {
+		n.jobs.outputRefused.Add(1)
+		answer(jobOutputAnswer{Error: "busy: serving other outputs (or one to this node already); try again"})
+		return
+	}
+	defer n.jobs.outputs.Release(from)
 	line, err := bufio.NewReaderSize(s, jobOutputRequestMax).ReadSlice('\n')
 	var id string
 	if err == nil {
 		id, err = decodeJobOutputRequest(line)
 	}
-	answer := func(a jobOutputAnswer) { json.NewEncoder(s).Encode(a) }
 	if err != nil {
 		n.jobs.outputRefused.Add(1)
 		answer(jobOutputAnswer{Error: "bad output request: " + err.Error()})
-		return
-	}
-	if from := s.Conn().RemotePeer(); !n.replica.Trust().Trusted(from) {
-		n.jobs.outputRefused.Add(1)
-		answer(jobOutputAnswer{Error: fmt.Sprintf("%s is not a trusted writer: only trusted writers read job outputs", from)})
 		return
 	}
 	out, err := n.readJobOutput(id)

@@ -23,23 +23,56 @@ func FuzzDecodeJobOutputRequest(f *testing.F) {
 }
 
 // Only trusted writers read a job's output: anyone else is refused with
-// the reason and counted, and a malformed request too.
+// the reason, before its request is read, and counted; a malformed
+// request too.
 func TestJobOutputRefusesOutsiders(t *testing.T) {
 	admin, stranger := adminAndStranger(t)
-	for i, req := range []string{`{"job":"19ab-01"}`, `{"job":"../../x"}`} {
-		s, err := stranger.host.NewStream(context.Background(), admin.ID(), JobOutputProtocol)
+	ask := func(from, to *Node, req string) string {
+		t.Helper()
+		s, err := from.host.NewStream(context.Background(), to.ID(), JobOutputProtocol)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Write([]byte(req + "\n"))
+		defer s.Reset()
+		s.Write([]byte(req))
 		var answer struct{ Error string }
 		json.NewDecoder(s).Decode(&answer)
-		s.Close()
-		if want := []string{"not a trusted writer", "not a job id"}[i]; !strings.Contains(answer.Error, want) {
-			t.Errorf("%s: %q, want it to say %q", req, answer.Error, want)
-		}
+		return answer.Error
 	}
-	if got := admin.jobs.outputRefused.Load(); got != 2 {
+	// A request never ended: the stranger is refused without it.
+	if got := ask(stranger, admin, `{"job":"19ab-01"}`); !strings.Contains(got, "not a trusted writer") {
+		t.Errorf("a stranger's request: %q, want it to say it is not a trusted writer", got)
+	}
+	if got := ask(admin, stranger, `{"job":"../../x"}`+"\n"); !strings.Contains(got, "not a job id") {
+		t.Errorf("a malformed request: %q, want it to say it is not a job id", got)
+	}
+	if got := admin.jobs.outputRefused.Load() + stranger.jobs.outputRefused.Load(); got != 2 {
 		t.Errorf("%d refused output requests counted, want 2", got)
+	}
+}
+
+// A target serves one output at a time to a peer: a second stream from
+// it, while the first is open, is refused as busy and counted.
+func TestJobOutputsServedOneAtATimeToAPeer(t *testing.T) {
+	admin, target := adminAndStranger(t)
+	answers := make(chan string, 2)
+	for range 2 {
+		s, err := admin.host.NewStream(context.Background(), target.ID(), JobOutputProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Reset()
+		s.Write([]byte(`{"job":`)) // never ends: the first holds its slot
+		go func() {
+			var answer struct{ Error string }
+			json.NewDecoder(s).Decode(&answer)
+			answers <- answer.Error
+		}()
+	}
+	if got := <-answers; !strings.Contains(got, "busy") {
+		t.Errorf("the first answer: %q, want the second stream refused as busy", got)
+	}
+	if got := target.jobs.outputRefused.Load(); got != 1 {
+		t.Errorf("%d refused output requests counted, want 1", got)
 	}
 }

@@ -86,7 +86,8 @@ type jobSet struct {
 	handBusy      atomic.Int64 // job streams refused: too many open, or the peer cooling down
 	handUnstored  atomic.Int64 // job streams answered refused: the job loop did not store the job in time
 	handing       *gossip.Slots
-	outputRefused atomic.Int64 // output requests refused (not trusted, malformed)
+	outputRefused atomic.Int64 // output requests refused (not trusted, busy, malformed)
+	outputs       *gossip.Slots
 	listing       *gossip.Slots
 	listRefused   atomic.Int64        // job list requests refused (not admitted, malformed, busy)
 	views         map[string]listView // jobs' rows in a list, by job id (joblist.go)

@@ -222,9 +222,9 @@ func TestJobAcksGoToTheWriter(t *testing.T) {
 
 // With a trust list, a job goes only to its targets: a node outside them
 // does not hold it until asked, and then pulls it (and its acks) from the
-// trusted writers. A job stream carries only a job its sender wrote: a
-// job handed on by another node, or an entry that is not a job, is
-// refused and counted.
+// trusted writers. A job stream comes only from a trusted writer, the
+// only author of jobs: another node's, whatever it carries (a job handed
+// on, its own record), is refused before it is read, and counted.
 func TestJobReachesOnlyItsTargets(t *testing.T) {
 	_, b, _, d, j := trustedJobDone(t)
 	if _, ok := d.replica.Get(jobKey(j.ID)); ok {
@@ -244,21 +244,46 @@ func TestJobReachesOnlyItsTargets(t *testing.T) {
 	job, _ := d.replica.Get(jobKey(j.ID))
 	own, _ := d.replica.Get(nodesPrefix + d.ID().String())
 	for what, e := range map[string]*gossip.Signed{"a's job": job, "d's own record": own} {
-		if err := d.handJob(b.ID(), e, func() bool { return true }); err == nil || !strings.Contains(err.Error(), "refused") {
-			t.Errorf("%s handed to b by d: %v", what, err)
+		if err := d.handJob(b.ID(), e, func() bool { return true }); err == nil {
+			t.Errorf("%s handed to b by d: taken", what)
 		}
 	}
 	if got := rejected(b) - before; got != 2 {
 		t.Errorf("b counted %d refusals, want 2", got)
 	}
-	if b.jobs.handRefused.Load() != 1 {
-		t.Errorf("job streams without a job: %d counted, want 1", b.jobs.handRefused.Load())
+	if b.jobs.handRefused.Load() != 2 {
+		t.Errorf("job streams from a node that is not a trusted writer: %d counted, want 2", b.jobs.handRefused.Load())
 	}
 }
 
 // A peer that opens job streams and sends nothing holds at most
 // maxHandingPerPeer of them; the rest are refused at once and counted.
+// With no trust list, so that the peer is a trusted writer.
 func TestJobHandOffsAreBoundedPerPeer(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	bc := loopbackConfig(t, "b")
+	bc.Join = []string{tcpAddr(a)}
+	b := startNode(t, bc)
+	waitFor(t, "b connected", func() bool { return len(b.ConnectedPeers()) > 0 })
+	ctx := context.Background()
+	for range maxHandingPerPeer + 3 {
+		s, err := b.host.NewStream(ctx, a.ID(), JobProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write([]byte("x")) // opens the stream on the other side; never ends
+		defer s.Reset()
+	}
+	waitFor(t, "the streams past the bound refused", func() bool { return a.jobs.handBusy.Load() == 3 })
+	if got := a.rejected()["job_handoff_busy"]; got != 3 {
+		t.Errorf("job_handoff_busy %d, want 3", got)
+	}
+}
+
+// With a trust list, a peer that is not a trusted writer (which alone
+// can author a job) is refused before it takes a hand-off slot, and
+// counted: strangers cannot hold the slots writers need.
+func TestJobHandOffRefusesStrangersBeforeASlot(t *testing.T) {
 	admin, stranger := adminAndStranger(t)
 	ctx := context.Background()
 	for range maxHandingPerPeer + 3 {
@@ -266,12 +291,12 @@ func TestJobHandOffsAreBoundedPerPeer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Write([]byte("x")) // opens the stream on the other side; never ends
+		s.Write([]byte("x"))
 		defer s.Reset()
 	}
-	waitFor(t, "the streams past the bound refused", func() bool { return admin.jobs.handBusy.Load() == 3 })
-	if got := admin.rejected()["job_handoff_busy"]; got != 3 {
-		t.Errorf("job_handoff_busy %d, want 3", got)
+	waitFor(t, "every stream refused", func() bool { return admin.jobs.handRefused.Load() == maxHandingPerPeer+3 })
+	if got := admin.rejected(); got["job_handoff_busy"] != 0 || got["job_handoff_refused"] != maxHandingPerPeer+3 {
+		t.Errorf("job_handoff_busy %d, job_handoff_refused %d", got["job_handoff_busy"], got["job_handoff_refused"])
 	}
 }
 

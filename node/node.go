@@ -218,6 +218,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n.jobs.poke = make(chan struct{}, 1)
 	n.jobs.handing = gossip.NewSlots(maxHanding, maxHandingPerPeer)
 	n.jobs.listing = gossip.NewSlots(maxListServing, 1)
+	n.jobs.outputs = gossip.NewSlots(maxOutputServing, 1)
 	n.sharing.serving = gossip.NewSlots(maxFetchServing, 1)
 	n.jobs.runner.MaxQueue = cfg.JobQueue
 	if n.collectFacts == nil {

@@ -103,8 +103,9 @@ func (r *Replica) takePushed(s network.Stream, from peer.ID) (ok bool, err error
 // Accept takes one entry that its author, from, handed this node
 // directly (a push, or another protocol's payload, as a job handed to its
 // target): checked as the topic validator checks a message, plus that
-// from wrote it, then stored and applied. A refused entry is counted by
-// reason and changes nothing. It returns the entry taken.
+// from wrote it and that the agent admits it (ReplicaConfig.Admit), then
+// stored and applied. A refused entry is counted by reason and changes
+// nothing. It returns the entry taken.
 func (r *Replica) Accept(from peer.ID, raw []byte) (*Signed, error) {
 	e, err := r.Check(from, raw)
 	if err != nil {
@@ -134,6 +135,11 @@ func (r *Replica) Check(from peer.ID, raw []byte) (*Signed, error) {
 	if err != nil {
 		r.counters.reject(err)
 		return nil, err
+	}
+	if r.cfg.Admit != nil {
+		if err := r.cfg.Admit(e, r.Get); err != nil { // counted by Admit
+			return nil, err
+		}
 	}
 	return e, nil
 }

@@ -46,6 +46,20 @@ type ReplicaConfig struct {
 	// direct entries when they are sent to it, or when it asks
 	// (FetchKeys, or SyncScoped in Full).
 	Direct func(key string) bool
+	// Admit, if set, is the agent's check of what an entry means, which
+	// the authorisation table (keys, authors, trust) cannot make: that a
+	// job's ack is from one of the job's targets. It is asked of every
+	// entry a peer hands or sends this node (a push, an entry handed on
+	// another protocol, pubsub, a pull) before it is stored, with held,
+	// which finds a live entry in the state or among those that came
+	// with it (a job pulled with its acks). A refused entry is not stored
+	// and its sender is not penalised: an honest peer may hold what this
+	// node refuses (an ack of a job that has not reached it yet, which
+	// anti-entropy brings again). Pubsub still passes on what the table
+	// allows: the node an entry is for may be reached only through nodes
+	// that refuse it. Admit counts what it refuses; it must be safe for
+	// concurrent use, must not block, and must not write to the replica.
+	Admit func(e *Signed, held func(key string) (*Signed, bool)) error
 }
 
 // DefaultReplicaConfig returns the agent's defaults for topic.
@@ -763,6 +777,7 @@ func (r *Replica) applyRemoteChanges(entries []*Signed) []*Change {
 // them again. Direct entries (a job's acks, which only their targets
 // and the writers hold) are stored before they are applied, as ever.
 func (r *Replica) applyGossiped(entries []*Signed) []*Change {
+	entries = r.admitted(entries)
 	var now, behind []*Signed
 	for _, e := range entries {
 		if r.cfg.Direct != nil && r.cfg.Direct(e.Key) {
@@ -784,6 +799,40 @@ func (r *Replica) applyGossiped(entries []*Signed) []*Change {
 		changes = append(changes, c...)
 	}
 	return changes
+}
+
+// admitted are the entries that ReplicaConfig.Admit takes, each asked
+// with the state and the other entries of the batch to look in.
+func (r *Replica) admitted(entries []*Signed) []*Signed {
+	if r.cfg.Admit == nil {
+		return entries
+	}
+	var batch map[string]*Signed
+	held := func(key string) (*Signed, bool) {
+		if batch == nil {
+			batch = make(map[string]*Signed, len(entries))
+			for _, e := range entries {
+				if o := batch[e.Key]; o == nil || e.newer(o) {
+					batch[e.Key] = e
+				}
+			}
+		}
+		if e := batch[key]; e != nil {
+			if cur, ok := r.Version(key); !ok || e.newer(cur) {
+				return e, !e.Deleted
+			}
+		}
+		return r.Get(key)
+	}
+	out := entries[:0:0]
+	for _, e := range entries {
+		if err := r.cfg.Admit(e, held); err != nil {
+			r.log.Debug("an entry the agent does not take", "key", e.Key, "author", e.Author, "err", err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // collect drops old tombstones now and then.

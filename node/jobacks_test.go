@@ -278,3 +278,77 @@ func TestWriterAsksATargetKnownLater(t *testing.T) {
 		t.Fatalf("the writer did not ask b for its ack (fetched %d)", a.jobs.acksFetched.Load())
 	}
 }
+
+// A peer that can connect but is no target of a job (here not even
+// admitted) signs acks of it as itself: pushed to the writer, published,
+// or of a job that does not exist, each is refused and counted, and the
+// job stays done (a forged failed ack turned it failed, a running one
+// kept it pending, and the writer held every ack the stranger wrote).
+func TestAckFromANonTargetRefused(t *testing.T) {
+	ctx := context.Background()
+	a, nodes := trustedFleet(t, "b")
+	b := nodes["b"]
+	jobTribe(t, a, "t", "echo", []*Node{b})
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "done", func() bool { return jobState(t, a, j.ID).State == "done" })
+	sc := loopbackConfig(t, "stranger")
+	sc.Trusted, sc.Join, sc.SyncInterval = a.cfg.Trusted, []string{tcpAddr(a)}, time.Hour
+	s := startNode(t, sc)
+	waitFor(t, "the stranger connected", func() bool { return len(s.ConnectedPeers()) > 0 })
+	var keys []string
+	for i, c := range []struct{ job, value string }{
+		{j.ID, `{"state":"failed","error":"forged"}`},
+		{j.ID, `{"state":"running","attempts":1}`},
+		{"19ab3c5e2f1-a1b2c3d4", `{"state":"done"}`}, // no such job
+	} {
+		e, err := s.replica.PutQuiet(ctx, ackKey(c.job, s.ID()), []byte(c.value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, e.Key)
+		if err := s.replica.Push(ctx, a.ID(), e); err == nil {
+			t.Errorf("push %d taken", i)
+		}
+		if got := a.jobs.ackRefused.Load(); got != int64(i+1) {
+			t.Fatalf("after push %d: %d acks refused, want %d", i, got, i+1)
+		}
+	}
+	// By pubsub: the last version of the stranger's ack of the job.
+	e, _ := s.replica.Get(keys[1])
+	s.replica.Announce(ctx, e)
+	waitFor(t, "the published ack refused", func() bool { return a.jobs.ackRefused.Load() == 4 })
+	if got := a.rejected()["job_ack_refused"]; got != 4 {
+		t.Errorf("job_ack_refused %d, want 4", got)
+	}
+	for _, k := range keys {
+		if _, ok := a.replica.Version(k); ok {
+			t.Errorf("the writer holds %s", k)
+		}
+	}
+	if st := jobState(t, a, j.ID); st.State != "done" || len(st.Targets) != 1 {
+		t.Errorf("state %q counts %v", st.State, st.Counts)
+	}
+	// One that got in anyway (stored by an earlier version) counts for
+	// nothing either: not in the job's state, its list row, its wait.
+	{
+		e, _ := s.replica.Get(keys[0]) // the stranger's latest ack of the job
+		if err := a.replica.Apply(e); err != nil {
+			t.Fatal(err)
+		}
+		if st := jobState(t, a, j.ID); st.State != "done" || len(st.Targets) != 1 {
+			t.Errorf("with %s held: state %q counts %v", e.Value, st.State, st.Counts)
+		}
+		if list := a.localJobs(""); len(list) != 1 || list[0].State != "done" {
+			t.Errorf("with %s held: the list says %+v", e.Value, list)
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := a.WaitJob(wctx, j.ID, func(*api.JobTarget) {})
+		if err != nil || wctx.Err() != nil {
+			t.Errorf("with %s held: the wait did not end (%v)", e.Value, err)
+		}
+		cancel()
+	}
+}

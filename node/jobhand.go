@@ -312,6 +312,16 @@ func (s *jobSet) pendingHanded() []*handedJob {
 	return out
 }
 
+// handedEntry is the job handed under key and not stored yet, if any.
+func (s *jobSet) handedEntry(key string) (*gossip.Signed, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hj := s.handed[key]; hj != nil {
+		return hj.e, true
+	}
+	return nil, false
+}
+
 func (s *jobSet) isHanded(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -83,6 +84,7 @@ type jobSet struct {
 	acksFetched   atomic.Int64 // acks this writer asked targets for and got (jobacks.go)
 	fetches       ackFetches   // what this writer asks targets for (jobacks.go)
 	handRefused   atomic.Int64 // job streams that carried no job this node takes
+	ackRefused    atomic.Int64 // acks from peers that are not targets, or of jobs not held (admitAck)
 	handBusy      atomic.Int64 // job streams refused: too many open, or the peer cooling down
 	handUnstored  atomic.Int64 // job streams answered refused: the job loop did not store the job in time
 	handing       *gossip.Slots
@@ -100,6 +102,9 @@ type cachedJob struct {
 	job    *jobs.Job
 	author peer.ID
 	err    error
+	// targets is the job's target set, made the first time an ack of
+	// this version is checked (isTarget).
+	targets map[[8]byte]bool
 }
 
 type cachedAck struct {
@@ -732,30 +737,34 @@ func (n *Node) summarize(j *jobs.Job) jobs.Summary {
 // summarizeSized is summarize plus the bytes of the job's acks, signed,
 // as the state holds them (one pass over them for both).
 func (n *Node) summarizeSized(j *jobs.Job) (jobs.Summary, int) {
-	acks, size := n.jobAcks(j.ID)
+	acks, size := n.jobAcks(j)
 	return jobs.Summarize(j, acks, n.targetByHash, n.now()), size
 }
 
-// jobAcks are the readable acks of job id held here, by the acking peer's
-// ID, and the bytes of all its acks, signed.
-func (n *Node) jobAcks(id string) (map[string]jobs.Ack, int) {
+// jobAcks are the readable acks of job j held here that count (ackCounts),
+// by the acking peer's ID, and the bytes of all its acks, signed.
+func (n *Node) jobAcks(j *jobs.Job) (map[string]jobs.Ack, int) {
 	acks := map[string]jobs.Ack{}
 	size := 0
-	for _, e := range n.replica.Prefix(jobKey(id) + "/acks/") {
+	for _, e := range n.replica.Prefix(jobKey(j.ID) + "/acks/") {
 		size += len(e.Raw)
+		by := e.Key[strings.LastIndexByte(e.Key, '/')+1:]
+		if !n.ackCounts(j, by) {
+			continue
+		}
 		if a, err := jobs.DecodeAck(e.Value); err == nil {
-			acks[e.Key[strings.LastIndexByte(e.Key, '/')+1:]] = a
+			acks[by] = a
 		}
 	}
 	return acks, size
 }
 
-// readAck sets acks' entry for ack key from the state: the ack held
-// there, or none. It returns the acking peer's ID.
-func (n *Node) readAck(acks map[string]jobs.Ack, key string) string {
+// readAck sets acks' entry for ack key of job j from the state: the ack
+// held there if it counts, or none. It returns the acking peer's ID.
+func (n *Node) readAck(j *jobs.Job, acks map[string]jobs.Ack, key string) string {
 	peer := key[strings.LastIndexByte(key, '/')+1:]
 	e, ok := n.replica.Get(key)
-	if !ok {
+	if !ok || !n.ackCounts(j, peer) {
 		delete(acks, peer)
 		return peer
 	}
@@ -766,4 +775,105 @@ func (n *Node) readAck(acks map[string]jobs.Ack, key string) string {
 	}
 	acks[peer] = a
 	return peer
+}
+
+// errAckRefused is an ack admitAck does not take.
+var errAckRefused = errors.New("ack refused")
+
+// admitAck is the replica's Admit (gossip.ReplicaConfig.Admit): an ack
+// is taken only of a job held here (or handed and not stored yet) that
+// it counts for (ackCounts). The authorisation table checks only that
+// the ack's author is the peer its key names, so any peer that could
+// connect could turn a done job failed, hold one pending with a running
+// ack, or fill the writers' state with acks of jobs that do not exist.
+// An ack that comes before its job is refused too, not kept aside: a
+// target hands its ack to the job's writer, which holds the job; the
+// writers share acks by anti-entropy, which brings a refused one again
+// once its job is here (a pull that brings both takes both); and a node
+// asked about a job pulls the job before it fetches the acks.
+func (n *Node) admitAck(e *gossip.Signed, held func(string) (*gossip.Signed, bool)) error {
+	rest, ok := strings.CutPrefix(e.Key, jobsPrefix)
+	if !ok {
+		return nil
+	}
+	id, by, ok := strings.Cut(rest, "/acks/")
+	if !ok {
+		return nil // the job itself
+	}
+	je, ok := held(jobKey(id))
+	if !ok {
+		je, ok = n.jobs.handedEntry(jobKey(id))
+	}
+	var err error
+	switch {
+	case !ok:
+		err = fmt.Errorf("%w: %s: no such job here", errAckRefused, e.Key)
+	default:
+		j, _, jerr := n.job(je)
+		switch {
+		case jerr != nil:
+			err = fmt.Errorf("%w: %s: %w", errAckRefused, e.Key, jerr)
+		case !n.ackCountsIn(je, j, by):
+			err = fmt.Errorf("%w: %s: %s is not a target of the job", errAckRefused, e.Key, by)
+		}
+	}
+	if err != nil {
+		n.jobs.ackRefused.Add(1)
+	}
+	return err
+}
+
+// ackCounts reports whether an ack of job j by peer id counts: the ack of
+// one of its targets, or, for a job that takes new members, of a member
+// of one of its tribes whose membership counts (admitted, or by hand).
+// Anyone else's is nobody's business: it neither changes the job's state
+// nor keeps it pending.
+func (n *Node) ackCounts(j *jobs.Job, id string) bool {
+	if e, ok := n.replica.Get(jobKey(j.ID)); ok {
+		if cur, _, err := n.job(e); err == nil && cur == j {
+			return n.ackCountsIn(e, j, id)
+		}
+	}
+	return j.Targeted(id) || n.newMemberOf(j, id)
+}
+
+// ackCountsIn is ackCounts for j read from entry e.
+func (n *Node) ackCountsIn(e *gossip.Signed, j *jobs.Job, id string) bool {
+	return n.isTarget(e, j, id) || n.newMemberOf(j, id)
+}
+
+// newMemberOf reports whether id is a member of a tribe of j, which takes
+// new members, whose membership counts here.
+func (n *Node) newMemberOf(j *jobs.Job, id string) bool {
+	if !j.IncludeNew {
+		return false
+	}
+	p, err := peer.Decode(id)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(j.Tribes, func(t string) bool { return n.isMember(t, p) })
+}
+
+// isTarget reports whether id is in the target set of job j, read from
+// e, from a set made once per version of the job: Targeted reads the
+// whole set, 5,000 targets for each of 5,000 acks.
+func (n *Node) isTarget(e *gossip.Signed, j *jobs.Job, id string) bool {
+	s := &n.jobs
+	s.mu.Lock()
+	c, ok := s.cache[e.Key]
+	if !ok || c.hash != e.Hash || c.job != j {
+		s.mu.Unlock()
+		return j.Targeted(id)
+	}
+	if c.targets == nil {
+		c.targets = make(map[[8]byte]bool, j.NumTargets())
+		for i := 0; i+8 <= len(j.Targets); i += 8 {
+			c.targets[[8]byte(j.Targets[i:i+8])] = true
+		}
+		s.cache[e.Key] = c
+	}
+	targets := c.targets
+	s.mu.Unlock()
+	return targets[jobs.TargetHash(id)]
 }

@@ -283,7 +283,7 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 		default:
 		}
 	})()
-	acks, _ := n.jobAcks(id) // after the watch: a change between is dirty
+	acks, _ := n.jobAcks(wj) // after the watch: a change between is dirty
 	emit(nil)
 	sent := map[string]bool{}
 	var (
@@ -315,7 +315,7 @@ func (n *Node) WaitJob(ctx context.Context, id string, emit func(*api.JobTarget)
 		mu.Unlock()
 		finished = finished[:0]
 		for k := range keys {
-			peer := n.readAck(acks, k)
+			peer := n.readAck(j, acks, k)
 			a, held := acks[peer]
 			progress.Set(peer, a, held)
 			if held && a.State.Final() && !sent[peer] {

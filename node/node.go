@@ -331,6 +331,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	rcfg.Quiet = func(key string) bool { return strings.HasPrefix(key, jobsPrefix) }
 	// Acks go to the writers only (jobacks.go).
 	rcfg.Direct = gossip.DirectKey
+	// An ack is taken only of a job held here, from one of its targets.
+	rcfg.Admit = n.admitAck
 	n.rngMu.Lock()
 	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.rngMu.Unlock()

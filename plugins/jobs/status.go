@@ -29,7 +29,10 @@ type Summary struct {
 // Summarize puts together a job's targets, from the acks written (by peer
 // ID) and known, which names a node known here by its target hash (to name
 // the targets that have not acked; nil knows none). A target that never acked is pending, or expired once
-// the job has expired; a job that takes new members counts whoever acked.
+// the job has expired. A job that takes new members counts the acks of
+// peers outside its target set too (the caller passes only those of
+// members, whose membership counts); any other job ignores them: a
+// stranger's ack neither fails the job nor keeps it pending.
 func Summarize(j *Job, acks map[string]Ack, known func(h [8]byte) (id string, ok bool), now time.Time) Summary {
 	byHash := make(map[[8]byte]string, len(acks))
 	for id := range acks {
@@ -55,7 +58,7 @@ func Summarize(j *Job, acks map[string]Ack, known func(h [8]byte) (id string, ok
 		s.Targets = append(s.Targets, Target{ID: id, Ack: a})
 	}
 	for id, a := range acks { // new members of a tribe (IncludeNew)
-		if !seen[id] {
+		if !seen[id] && j.IncludeNew {
 			s.Targets = append(s.Targets, Target{ID: id, Ack: a})
 		}
 	}
@@ -97,16 +100,17 @@ func (t *Target) sortKey() string {
 // only what acks say: past the job's expiry, targets that never acked
 // are expired, which Summarize tells.
 type Progress struct {
-	targets map[[8]byte]bool
-	n       int             // the target set's size
-	acks    map[string]bool // the acks held, by peer ID: whether final
-	final   int             // final acks of targets
-	open    int             // acks not final of members outside the set (IncludeNew)
+	targets    map[[8]byte]bool
+	includeNew bool            // acks from outside the target set count (see Summarize)
+	n          int             // the target set's size
+	acks       map[string]bool // the acks held, by peer ID: whether final
+	final      int             // final acks of targets
+	open       int             // acks not final of members outside the set (IncludeNew)
 }
 
 // NewProgress follows j, with no ack taken yet.
 func NewProgress(j *Job) *Progress {
-	p := &Progress{targets: make(map[[8]byte]bool, j.NumTargets()), acks: map[string]bool{}}
+	p := &Progress{targets: make(map[[8]byte]bool, j.NumTargets()), includeNew: j.IncludeNew, acks: map[string]bool{}}
 	for i := 0; i+8 <= len(j.Targets); i += 8 {
 		p.targets[[8]byte(j.Targets[i:i+8])] = true
 	}
@@ -127,7 +131,7 @@ func (p *Progress) Set(id string, a Ack, held bool) {
 		}
 		delete(p.acks, id)
 	}
-	if !held {
+	if !held || !target && !p.includeNew {
 		return
 	}
 	final := a.State.Final()

@@ -157,6 +157,7 @@ func TestProgressAgreesWithSummarize(t *testing.T) {
 	for seed := range int64(300) {
 		rng := rand.New(rand.NewSource(seed))
 		j := job("a", 1)
+		j.IncludeNew = rng.Intn(2) == 0
 		targets := ids[:1+rng.Intn(5)]
 		j.SetTargets(targets)
 		now := t0.Add(time.Minute)
@@ -180,7 +181,7 @@ func TestProgressAgreesWithSummarize(t *testing.T) {
 }
 
 func TestProgressTakesEachAckOnce(t *testing.T) {
-	j := job("a", 1)
+	j := job("a", 1, func(j *Job) { j.IncludeNew = true })
 	j.SetTargets([]string{"n1", "n2"})
 	p := NewProgress(j)
 	if !p.Pending() {
@@ -236,6 +237,35 @@ func TestCollectAtNeverBeforeTheExpiry(t *testing.T) {
 		s := Summarize(j, map[string]Ack{"n1": {State: c.state, Ended: c.ended}}, nil, now)
 		if at := CollectAt(j, s, retention); !at.Equal(c.want) {
 			t.Errorf("%s: collected at %v, want %v", c.name, at, c.want)
+		}
+	}
+}
+
+// An ack from a peer outside the target set counts only for a job that
+// takes new members: for any other, a stranger's failed ack does not
+// fail a done job, nor its running ack keep it pending.
+func TestAcksFromOutsideTheTargetsCountOnlyForNewMembers(t *testing.T) {
+	now := t0.Add(time.Minute)
+	for _, includeNew := range []bool{false, true} {
+		j := job("a", 1, func(j *Job) { j.IncludeNew = includeNew })
+		j.SetTargets([]string{"n1"})
+		for _, forged := range []State{Failed, Running} {
+			acks := map[string]Ack{"n1": {State: Done, Ended: now}, "x": {State: forged, Ended: now}}
+			p := NewProgress(j)
+			for id, a := range acks {
+				p.Set(id, a, true)
+			}
+			s := Summarize(j, acks, nil, now)
+			want := Done
+			if includeNew {
+				want = map[State]State{Failed: Failed, Running: Pending}[forged]
+			}
+			if s.State != want || p.Pending() != (want == Pending) {
+				t.Errorf("include-new %v, x %s: state %s, progress pending %v; want %s", includeNew, forged, s.State, p.Pending(), want)
+			}
+			if n := len(s.Targets); n != 1 && !includeNew {
+				t.Errorf("include-new %v: %d rows, want only the target's", includeNew, n)
+			}
 		}
 	}
 }

@@ -228,7 +228,7 @@ func (n *Node) fetchJobList(ctx context.Context, w peer.ID, tribe string) ([]api
 // A job's row in a list (its view without targets) is kept until the job
 // or one of its acks changes (the watcher set in initJobs drops it), or
 // until the job expires (targets that have not acked are expired from
-// then): a list read and decoded every ack of every job, 5 million at
+// then) and until its acks not final are overdue (jobs.Job.Overdue): a list read and decoded every ack of every job, 5 million at
 // 5,000 targets and 1,000 jobs, and a trusted writer lists for any
 // admitted node that asks. A writer's collection each minute reads the
 // job's standing from the same row (jobStanding).
@@ -277,8 +277,13 @@ func (n *Node) keptView(e *gossip.Signed, j *jobs.Job) listView {
 			}
 		}
 	}
-	if now.Before(j.Expires) {
+	// Kept until the clock alone changes it: at the expiry (targets
+	// that never acked expire), and once acks not final are overdue.
+	switch {
+	case now.Before(j.Expires):
 		v.until = j.Expires
+	case now.Before(j.Overdue()):
+		v.until = j.Overdue()
 	}
 	s.viewsMade.Add(1)
 	s.mu.Lock()

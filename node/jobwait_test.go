@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,5 +71,34 @@ func TestWaitJobStreamsAcksAndEndsAtExpiry(t *testing.T) {
 	}
 	if j, err := w.Job(context.Background(), id); err != nil || j.State != "failed" || j.Counts["done"] != 1 {
 		t.Fatalf("the job after: %+v %v", j, err)
+	}
+}
+
+// A target that died mid-run leaves its running ack: past the expiry and
+// the longest its attempt could last, the job counts it interrupted, the
+// job ends failed, and `job wait` ends with it (it waited forever).
+func TestWaitEndsPastExpiryWithARunningAck(t *testing.T) {
+	var offset atomic.Int64 // the writer's clock runs ahead of the real one by this
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	w := startNodeDeps(t, loopbackConfig(t, "w"), Deps{Now: clock})
+	keys, ids := identities(t, 1)
+	id := writeJobTo(t, w, ids, time.Hour)
+	p, _ := peer.IDFromPrivateKey(keys[0])
+	if _, err := w.replica.Accept(p, signAck(t, keys[0], id, jobs.Ack{State: jobs.Running, Attempts: 1, Started: w.now()})); err != nil {
+		t.Fatal(err)
+	}
+	if j := jobState(t, w, id); j.State != "pending" || j.Counts["running"] != 1 {
+		t.Fatalf("before the expiry: %+v", j)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on failure only
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- w.WaitJob(ctx, id, func(*api.JobTarget) {}) }()
+	offset.Store(int64(time.Hour + jobs.MaxTimeout + jobs.AckGrace))
+	if err := <-waited; err != nil || ctx.Err() != nil {
+		t.Fatalf("the wait: %v, still waiting: %v", err, ctx.Err())
+	}
+	if j := jobState(t, w, id); j.State != "failed" || j.Counts["interrupted"] != 1 {
+		t.Fatalf("past the expiry and the timeout: %+v", j)
 	}
 }

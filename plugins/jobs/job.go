@@ -39,6 +39,8 @@ const (
 	MaxRetries    = 10
 	DefaultExpiry = 24 * time.Hour
 	MaxExpiry     = 30 * 24 * time.Hour
+	// MaxTimeout caps an attempt's timeout.
+	MaxTimeout = 10 * time.Minute
 	// DefaultQueue is how many jobs a node holds waiting per queue before
 	// it drops the oldest.
 	DefaultQueue = 1000
@@ -179,8 +181,8 @@ func (j *Job) Check() error {
 		return bad("expires %v after it was created, at most %v", j.Expires.Sub(j.Created), MaxExpiry)
 	case j.Retries < 0 || j.Retries > MaxRetries:
 		return bad("%d retries, from 0 to %d", j.Retries, MaxRetries)
-	case j.Timeout < 0 || j.Timeout > 10*time.Minute:
-		return bad("timeout %v, from 0 to 10m", j.Timeout)
+	case j.Timeout < 0 || j.Timeout > MaxTimeout:
+		return bad("timeout %v, from 0 to %v", j.Timeout, MaxTimeout)
 	case j.After != "" && !names.Valid(j.After):
 		return bad("after %q is not a job id", j.After)
 	case j.After == j.ID:

@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"cmp"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -55,11 +57,11 @@ func Summarize(j *Job, acks map[string]Ack, known func(h [8]byte) (id string, ok
 		if !ok {
 			a = unacked(j, now)
 		}
-		s.Targets = append(s.Targets, Target{ID: id, Ack: a})
+		s.Targets = append(s.Targets, Target{ID: id, Ack: overdue(j, a, now)})
 	}
 	for id, a := range acks { // new members of a tribe (IncludeNew)
 		if !seen[id] && j.IncludeNew {
-			s.Targets = append(s.Targets, Target{ID: id, Ack: a})
+			s.Targets = append(s.Targets, Target{ID: id, Ack: overdue(j, a, now)})
 		}
 	}
 	slices.SortFunc(s.Targets, func(a, b Target) int { return strings.Compare(a.sortKey(), b.sortKey()) })
@@ -147,6 +149,43 @@ func (p *Progress) Set(id string, a Ack, held bool) {
 // Pending reports whether some target has not finished, as its acks say:
 // one that has not acked, or whose ack is not final.
 func (p *Progress) Pending() bool { return p.final < p.n || p.open > 0 }
+
+// AckGrace is how long after the last attempt can have ended a target's
+// final ack may still be on its way: most go at once, on the job's
+// stream or by push; the writer asks for missed ones every 10 s.
+const AckGrace = 10 * time.Second
+
+// Overdue is when j's acks that are not final stop being believed: no
+// attempt starts past the expiry, and one under way then ends within its
+// timeout (MaxTimeout if the job names none: which default applies is
+// the target's business), plus AckGrace. A target still running then
+// died or was cut off mid-run, and one retrying will not retry.
+func (j *Job) Overdue() time.Time {
+	t := j.Timeout
+	if t == 0 {
+		t = MaxTimeout
+	}
+	return j.Expires.Add(t + AckGrace)
+}
+
+// overdue is ack a of j as a summary at now tells it: past j.Overdue, a
+// running ack is interrupted and a retrying one ends as its last attempt
+// did, as the target itself would end them (Decide), so that the job
+// ends and `job wait` with it.
+func overdue(j *Job, a Ack, now time.Time) Ack {
+	if a.State.Final() || now.Before(j.Overdue()) {
+		return a
+	}
+	switch a.State {
+	case Running:
+		a.State = Interrupted
+		a.Error = fmt.Sprintf("interrupted: no end of attempt %d reported by the job's expiry and its timeout", a.Attempts)
+	case Retrying:
+		a.State = cmp.Or(a.Last, Failed)
+	}
+	a.Ended, a.RetryAt, a.Last = j.Overdue(), time.Time{}, ""
+	return a
+}
 
 // unacked is the state of a target that wrote no ack.
 func unacked(j *Job, now time.Time) Ack {

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"math/rand"
@@ -265,6 +266,51 @@ func TestAcksFromOutsideTheTargetsCountOnlyForNewMembers(t *testing.T) {
 			}
 			if n := len(s.Targets); n != 1 && !includeNew {
 				t.Errorf("include-new %v: %d rows, want only the target's", includeNew, n)
+			}
+		}
+	}
+}
+
+// Past the expiry plus the longest an attempt may last (and AckGrace), an
+// ack that is not final is not believed: running is interrupted, retrying
+// ends as its last attempt did, so the job ends and a wait with it. Before
+// then it stands.
+func TestOverdueAcksEnd(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Minute} {
+		j := job("a", 1, func(j *Job) { j.Timeout = timeout })
+		j.SetTargets([]string{"n1", "n2"})
+		due := j.Expires.Add(cmp.Or(timeout, MaxTimeout) + AckGrace)
+		if !j.Overdue().Equal(due) {
+			t.Fatalf("timeout %v: overdue at %v, want %v", timeout, j.Overdue(), due)
+		}
+		for _, c := range []struct {
+			ack   Ack
+			now   time.Time
+			want  State
+			state State // the job's, n2 done
+		}{
+			{Ack{State: Running, Attempts: 1}, due.Add(-time.Nanosecond), Running, Pending},
+			{Ack{State: Running, Attempts: 1}, due, Interrupted, Failed},
+			{Ack{State: Retrying, Last: Failed, Attempts: 1}, due.Add(-time.Nanosecond), Retrying, Pending},
+			{Ack{State: Retrying, Last: Failed, Attempts: 1}, due, Failed, Failed},
+			{Ack{State: Retrying, Last: Interrupted, Attempts: 1}, due, Interrupted, Failed},
+			{Ack{State: Retrying, Attempts: 1}, due, Failed, Failed},
+			{Ack{State: Done, Attempts: 1, Ended: t0}, due.Add(time.Hour), Done, Done},
+		} {
+			acks := map[string]Ack{"n1": c.ack, "n2": {State: Done, Ended: t0}}
+			s := Summarize(j, acks, nil, c.now)
+			var got Ack
+			for _, tg := range s.Targets {
+				if tg.ID == "n1" {
+					got = tg.Ack
+				}
+			}
+			if got.State != c.want || s.State != c.state {
+				t.Errorf("timeout %v, %s (last %q) at %v: %s, job %s; want %s, job %s",
+					timeout, c.ack.State, c.ack.Last, c.now.Sub(due), got.State, s.State, c.want, c.state)
+			}
+			if c.want != c.ack.State && (!got.Ended.Equal(due) || !got.RetryAt.IsZero() || got.Last != "" || !s.Finished.Equal(due)) {
+				t.Errorf("%s at %v: ended %v, finished %v, retry at %v, last %q", c.ack.State, c.now, got.Ended, s.Finished, got.RetryAt, got.Last)
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,12 +22,12 @@ import (
 // ErrUnknownJob is returned for a job id that is not in the state.
 var ErrUnknownJob = errors.New("unknown job")
 
-// newJobID is sortable by submission time: milliseconds in hex, then 4
-// random bytes.
+// newJobID is sortable by submission time, and says when it was made
+// (jobs.IDTime).
 func (n *Node) newJobID() string {
 	var b [4]byte
 	rand.Read(b[:])
-	return fmt.Sprintf("%x-%s", n.now().UnixMilli(), hex.EncodeToString(b[:]))
+	return jobs.NewID(n.now(), b)
 }
 
 // SubmitJob implements api.Agent. The request is checked where it is

@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -103,6 +105,30 @@ type Job struct {
 	After     string `json:"after,omitempty"`
 	Seq       uint64 `json:"seq"`
 	Cancelled bool   `json:"cancelled,omitempty"`
+}
+
+// NewID is a job's id made at now: milliseconds since the epoch in hex,
+// then 4 random bytes in hex; sortable by submission time, and it says
+// when the job was made (IDTime) to a node that never held the job.
+func NewID(now time.Time, random [4]byte) string {
+	return fmt.Sprintf("%x-%s", now.UnixMilli(), hex.EncodeToString(random[:]))
+}
+
+// IDTime is the millisecond in which NewID made id, if it did: a job's
+// Created is before the end of it.
+func IDTime(id string) (time.Time, bool) {
+	ms, rest, ok := strings.Cut(id, "-")
+	if !ok || len(ms) == 0 || len(ms) > 15 || len(rest) != 8 {
+		return time.Time{}, false
+	}
+	if _, err := hex.DecodeString(rest); err != nil {
+		return time.Time{}, false
+	}
+	n, err := strconv.ParseInt(ms, 16, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
 }
 
 // Queue names the job's queue: its first tribe, or "" for a job sent only

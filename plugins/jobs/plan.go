@@ -185,7 +185,8 @@ func Decide(v View) Plan {
 }
 
 // follows reports whether j may run as far as its place in the queue goes:
-// the job it follows is known here. A queued job's After may be a parallel
+// the job it follows is known here, or could not run here if it came
+// (pastRunning). A queued job's After may be a parallel
 // job, which runs beside the queue and so orders nothing: then the job
 // before that must be known too, and so on, until a queued job (the queue's
 // order does the rest) or the start of the queue. A parallel job needs only
@@ -200,7 +201,7 @@ func (v View) follows(j *Job, live map[string]*Job) bool {
 			return true
 		}
 		if v.Known != nil && !v.Known(id) {
-			return false
+			return v.pastRunning(id)
 		}
 		p, ok := live[id]
 		if !ok || !p.Parallel || j.Parallel {
@@ -209,6 +210,18 @@ func (v View) follows(j *Job, live map[string]*Job) bool {
 		id = p.After
 	}
 	return false
+}
+
+// pastRunning reports whether job id, not known here, would be expired
+// if it came now, whatever its expiry: its id says when it was made, and
+// no job expires later than MaxExpiry after. Such a job never runs here,
+// so a job after it has nothing to wait for; without this, a job whose
+// predecessor was collected (tombstone included) before this node heard
+// of it held its queue back forever. One that may still come and run
+// holds it back, as before; so does an id that names no time.
+func (v View) pastRunning(id string) bool {
+	made, ok := IDTime(id)
+	return ok && !v.Now.Before(made.Add(time.Millisecond+MaxExpiry))
 }
 
 // current is j's ack as the plan leaves it so far.

@@ -247,3 +247,43 @@ func TestRunner(t *testing.T) {
 		t.Fatalf("with a failing store: %v %v", runs, err)
 	}
 }
+
+// A job waits for the job it follows until that one is known here, but
+// not for one that would be expired whatever its expiry if it came now
+// (its id says when it was made): collected with its tombstone before
+// this node heard of it, it held the whole queue back forever. One that
+// may still come and run holds it back, and so does an id that names no
+// time.
+func TestAfterThatCanNoLongerRunDoesNotHoldTheQueue(t *testing.T) {
+	now := t0.Add(time.Minute) // view's
+	for _, c := range []struct {
+		name, after string
+		runs        string
+	}{
+		{"made past the longest expiry", NewID(now.Add(-MaxExpiry-time.Millisecond), [4]byte{1}), "j1"},
+		{"made just within it", NewID(now.Add(-MaxExpiry+time.Millisecond), [4]byte{1}), ""},
+		{"made an hour ago", NewID(now.Add(-time.Hour), [4]byte{1}), ""},
+		{"an id naming no time", "j0", ""},
+	} {
+		j1 := job("j1", 5, func(j *Job) { j.After = c.after })
+		j2 := job("j2", 6, func(j *Job) { j.After = "j1" })
+		v := view([]*Job{j1, j2}, nil)
+		v.Known = func(id string) bool { return id == "j1" || id == "j2" }
+		if got := runIDs(Decide(v)); got != c.runs {
+			t.Errorf("after a job %s: runs %q, want %q", c.name, got, c.runs)
+		}
+	}
+}
+
+func TestIDTime(t *testing.T) {
+	at := time.UnixMilli(1_790_000_000_123).Add(456 * time.Microsecond)
+	id := NewID(at, [4]byte{0xde, 0xad, 0xbe, 0xef})
+	if got, ok := IDTime(id); !ok || !got.Equal(at.Truncate(time.Millisecond)) {
+		t.Errorf("IDTime(%q) = %v %v, want %v", id, got, ok, at.Truncate(time.Millisecond))
+	}
+	for _, bad := range []string{"j0", "x-deadbeef", "1a2b-xyz", "1a2b-deadbeef-1", "-deadbeef", "1a2b3c4d5e6f7a8b9-deadbeef"} {
+		if _, ok := IDTime(bad); ok {
+			t.Errorf("IDTime(%q) names a time", bad)
+		}
+	}
+}

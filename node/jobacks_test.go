@@ -279,8 +279,8 @@ func TestWriterAsksATargetKnownLater(t *testing.T) {
 	}
 }
 
-// A peer that can connect but is no target of a job (here not even
-// admitted) signs acks of it as itself: pushed to the writer, published,
+// An admitted node that is no target of a job signs acks of it as itself
+// (a node not admitted is refused before: gossip.ErrNotAdmitted): pushed to the writer, published,
 // or of a job that does not exist, each is refused and counted, and the
 // job stays done (a forged failed ack turned it failed, a running one
 // kept it pending, and the writer held every ack the stranger wrote).
@@ -298,6 +298,10 @@ func TestAckFromANonTargetRefused(t *testing.T) {
 	sc.Trusted, sc.Join, sc.SyncInterval = a.cfg.Trusted, []string{tcpAddr(a)}, time.Hour
 	s := startNode(t, sc)
 	waitFor(t, "the stranger connected", func() bool { return len(s.ConnectedPeers()) > 0 })
+	if _, err := a.Admit(ctx, []string{s.ID().String()}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stranger admitted", func() bool { return a.rules().Counts(s.ID()) })
 	var keys []string
 	for i, c := range []struct{ job, value string }{
 		{j.ID, `{"state":"failed","error":"forged"}`},

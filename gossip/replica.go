@@ -123,6 +123,7 @@ type Replica struct {
 	penalties cooldown
 	serving   Slots
 	pushing   Slots // see push.go
+	pulling   Slots // this replica's own pulls (see maxPulling)
 	warns     warnLimit
 
 	ctx    context.Context
@@ -146,6 +147,7 @@ func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig
 		state: NewState(cfg.Trust), watchers: map[int]watch{}}
 	r.state.SetDirect(cfg.Direct)
 	r.pushing.max, r.pushing.perPeer = maxPushing, maxPushingPerPeer
+	r.pulling.max, r.pulling.perPeer = maxPulling, maxPullingPerPeer
 	r.trust.Store(&cfg.Trust)
 	loaded, skipped, err := LoadState(store, r.state)
 	if err != nil {
@@ -658,7 +660,7 @@ func (r *Replica) SetTrust(t Trust) (changed int, err error) {
 	r.log.Info("trust list replaced; state loaded again", "entries", loaded, "skipped", skipped, "changed", len(changes))
 	r.notify(changes)
 	if p, ok := r.randomPeer(); ok && r.ctx != nil {
-		r.spawn(func() { r.pull(p) })
+		r.spawnPull(p)
 	}
 	return len(changes), nil
 }
@@ -870,6 +872,9 @@ type counters struct {
 	// either direction), and warnings not logged because one about the
 	// same peer was logged less than warnEvery ago.
 	syncMalformed, syncUnwanted, syncPenalised, syncPenaltyRefused, syncBusy, syncWarningsSuppressed atomic.Int64
+	// This replica's own pulls not made: one from the same peer was in
+	// flight, or maxPulling were (see pull).
+	syncPullsSkipped atomic.Int64
 
 	// Pushes (push.go) refused for want of a slot or from a penalised
 	// peer, and cut short (the stream ended or timed out mid-entry).
@@ -916,6 +921,7 @@ func (r *Replica) Rejected() map[string]int64 {
 		"sync_penalty_refused":     c.syncPenaltyRefused.Load(),
 		"sync_busy":                c.syncBusy.Load(),
 		"sync_warnings_suppressed": c.syncWarningsSuppressed.Load(),
+		"sync_pulls_skipped":       c.syncPullsSkipped.Load(),
 		"push_busy":                c.pushBusy.Load(),
 		"push_cut_short":           c.pushCutShort.Load(),
 	}

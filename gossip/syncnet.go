@@ -568,7 +568,7 @@ func (r *Replica) onTopicJoin(events *pubsub.TopicEventHandler) {
 				r.spawn(r.pullWhileJoining)
 			}
 			r.spawn(r.publishUnsent)
-			r.spawn(func() { r.pull(ev.Peer) })
+			r.spawnPull(ev.Peer)
 		}
 	}
 }
@@ -583,7 +583,7 @@ func (r *Replica) pullPeriodically() {
 			return
 		case <-tick.C:
 			if p, ok := r.randomPeer(); ok {
-				r.spawn(func() { r.pull(p) })
+				r.spawnPull(p)
 			}
 			tick.Reset(r.jitter(r.cfg.SyncInterval))
 		}
@@ -631,7 +631,52 @@ func (r *Replica) pullWhileJoining() {
 	}
 }
 
+// Bounds of the replica's own pulls (topic joins, periodic, joining,
+// SetTrust): one per peer at a time and maxPulling in all. pubsub raises a
+// topic join each time a peer subscribes again: a peer that toggled its
+// subscription 200 times and never answered held 201 pulls open at once,
+// each a stream and a goroutine for SyncTimeout. A pull not made finds
+// the one in flight bringing the same.
+const (
+	maxPulling        = 16
+	maxPullingPerPeer = 1
+)
+
+// errPullInFlight is a pull not made: one from the same peer is in
+// flight, or maxPulling are.
+var errPullInFlight = errors.New("gossip: a pull from the peer is in flight, or too many are")
+
+// startPull takes a pull slot for p, counting a pull not made.
+func (r *Replica) startPull(p peer.ID) bool {
+	if r.pulling.Acquire(p) {
+		return true
+	}
+	r.counters.syncPullsSkipped.Add(1)
+	return false
+}
+
+// spawnPull pulls from p on a goroutine of its own, if a slot is free:
+// taken before the goroutine starts, so skipped pulls cost none.
+func (r *Replica) spawnPull(p peer.ID) {
+	if !r.startPull(p) {
+		return
+	}
+	r.spawn(func() {
+		defer r.pulling.Release(p)
+		r.pullNow(p)
+	})
+}
+
+// pull pulls from p if a slot is free (see maxPulling).
 func (r *Replica) pull(p peer.ID) (SyncStats, error) {
+	if !r.startPull(p) {
+		return SyncStats{}, errPullInFlight
+	}
+	defer r.pulling.Release(p)
+	return r.pullNow(p)
+}
+
+func (r *Replica) pullNow(p peer.ID) (SyncStats, error) {
 	st, err := r.SyncWith(r.ctx, p)
 	if err != nil {
 		r.log.Debug("sync failed", "peer", p, "err", err)

@@ -740,3 +740,62 @@ func TestPullsWhileJoining(t *testing.T) {
 		t.Errorf("%d of %d pulls failed", st.Failed, st.Pulls)
 	}
 }
+
+// TestPullOnePerPeerInFlight: a peer that subscribes to the state topic
+// again and again (a topic join each time) and never answers a pull is
+// pulled from once at a time: each join while that pull is in flight is
+// skipped and counted, not one more stream held open.
+func TestPullOnePerPeerInFlight(t *testing.T) {
+	const toggles = 20
+	n := newTestNet(t)
+	h, err := n.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ps, err := pubsub.NewGossipSub(ctx, h, PubSubOptions(n.r.cfg.Topic)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := ps.Join(n.r.cfg.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opens, open, most atomic.Int32
+	h.SetStreamHandler(SyncProtocol, func(s network.Stream) {
+		opens.Add(1)
+		now := open.Add(1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		defer open.Add(-1)
+		io.Copy(io.Discard, s) // never answers: held until the puller gives up
+	})
+	// As if the replica had joined long ago: no pulls while joining, only
+	// the topic joins' own.
+	n.r.meshSince.Store(1)
+	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	inTopic := func() bool { return slices.Contains(n.r.TopicPeers(), h.ID()) }
+	for i := range toggles {
+		sub, err := topic.Subscribe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The join is acted on (a pull, or one skipped) before the leave.
+		waitFor(t, func() bool { return int64(opens.Load())+n.r.Rejected()["sync_pulls_skipped"] == int64(i+1) })
+		sub.Cancel()
+		waitFor(t, func() bool { return !inTopic() })
+		if t.Failed() {
+			t.Fatalf("toggle %d: %d pulls opened, %d skipped", i, opens.Load(), n.r.Rejected()["sync_pulls_skipped"])
+		}
+	}
+	if got, max := opens.Load(), most.Load(); got != 1 || max != 1 {
+		t.Fatalf("%d topic joins: %d pulls opened, %d at once; want 1", toggles, got, max)
+	}
+	wantRejected(t, n.r, map[string]int64{"sync_pulls_skipped": toggles - 1})
+}

@@ -63,21 +63,28 @@ func (r *Replica) servePush(s network.Stream) {
 	// Bounded like sync's serving: a peer in its cool-down is not served,
 	// and a few pushes at once are plenty (one entry each, as a node
 	// leaves).
-	if r.penalties.active(from, r.now()) || !r.pushing.Acquire(from) {
+	counts := r.counts(from)
+	if r.penalties.active(from, r.now()) || !r.pushing.AcquireFor(from, counts) {
 		r.counters.pushBusy.Add(1)
 		s.Reset()
 		return
 	}
-	// The slot is given back before the answer: a sender that pushes
-	// again as soon as it reads one must find it free.
+	// The entry must come whole within firstRequest (a timer: see
+	// serveSyncIn); storing it and answering have the rest of
+	// pushTimeout.
 	s.SetDeadline(time.Now().Add(pushTimeout))
-	ok, err := r.takePushed(s, from)
-	r.pushing.Release(from)
+	first := time.AfterFunc(r.firstRequest, func() { s.Reset() })
+	b, err := io.ReadAll(io.LimitReader(s, MaxEntrySize+1))
+	first.Stop()
 	if err != nil {
-		r.counters.pushCutShort.Add(1)
-		s.Reset()
+		r.pushing.Release(from)
+		r.stalled(s, "push", counts, err)
 		return
 	}
+	// The slot is given back before the answer: a sender that pushes
+	// again as soon as it reads one must find it free.
+	ok := r.takePushed(b, from)
+	r.pushing.Release(from)
 	answer := byte(0)
 	if ok {
 		answer = 1
@@ -86,18 +93,14 @@ func (r *Replica) servePush(s network.Stream) {
 	s.Close()
 }
 
-// takePushed reads the entry pushed on s and stores it if it passes; a
-// refused one is counted by reason (ok false). err is a stream cut short.
-func (r *Replica) takePushed(s network.Stream, from peer.ID) (ok bool, err error) {
-	b, err := io.ReadAll(io.LimitReader(s, MaxEntrySize+1))
-	if err != nil {
-		return false, err
-	}
+// takePushed stores the entry b pushed by from if it passes; a refused
+// one is counted by reason (false).
+func (r *Replica) takePushed(b []byte, from peer.ID) bool {
 	if _, err := r.Accept(from, b); err != nil {
 		r.log.Debug("rejected a pushed entry", "from", from, "err", err)
-		return false, nil
+		return false
 	}
-	return true, nil
+	return true
 }
 
 // Accept takes one entry that its author, from, handed this node

@@ -3,11 +3,15 @@ package gossip
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 // pushRaw sends raw over the push protocol from h to the replica and
@@ -100,7 +104,7 @@ func TestReplicaPush(t *testing.T) {
 // more while those are held open is refused and counted, and those cut
 // short are counted.
 func TestPushIsBounded(t *testing.T) {
-	n := newTestNet(t)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), firstRequest: time.Hour}) // held, not stalled
 	a := n.peer(t)
 	for range maxPushingPerPeer {
 		held, err := a.NewStream(context.Background(), n.h.ID(), PushProtocol)
@@ -177,4 +181,77 @@ func TestPutQuietThenAnnounce(t *testing.T) {
 	m.r.Announce(ctx, quiet)
 	published(quiet, nil)
 	waitFor(t, func() bool { got, ok := n.r.Get(key); return ok && got.Hash == quiet.Hash })
+}
+
+// TestPushSlotsKeptForPeersThatCount: strangers holding pushes open take
+// at most the slots not kept for peers that count; a trusted writer's
+// push is still taken.
+func TestPushSlotsKeptForPeersThatCount(t *testing.T) {
+	mn := mocknet.New()
+	trusted, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startTestNet(t, &testNet{mn: mn, trust: []peer.ID{trusted.ID()}, firstRequest: time.Hour})
+	n.connect(t, trusted)
+	const strangers = maxPushing / maxPushingPerPeer
+	for range strangers {
+		h := n.peer(t)
+		for range maxPushingPerPeer {
+			s, err := h.NewStream(context.Background(), n.h.ID(), PushProtocol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Reset()
+			s.Write([]byte{0x0a})
+		}
+	}
+	busy := int64(strangers*maxPushingPerPeer - (maxPushing - pushingReserved))
+	waitFor(t, func() bool { return n.r.Rejected()["push_busy"] == busy })
+	if got := pushRaw(t, n, trusted, ownRecord(t, trusted)); got != 1 {
+		t.Fatalf("a trusted writer's push while %d strangers hold pushes: answer %d, want 1", strangers, got)
+	}
+	wantRejected(t, n.r, map[string]int64{"push_busy": busy})
+}
+
+// TestPushStall: a push whose entry does not come whole within
+// firstRequest is reset and counted, and frees its slot; a stranger that
+// stalls one cools down, a trusted writer does not.
+func TestPushStall(t *testing.T) {
+	mn := mocknet.New()
+	trusted, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startTestNet(t, &testNet{mn: mn, trust: []peer.ID{trusted.ID()}, firstRequest: 100 * time.Millisecond})
+	n.connect(t, trusted)
+	stranger := n.peer(t)
+	stall := func(h host.Host, want map[string]int64) {
+		t.Helper()
+		s, err := h.NewStream(context.Background(), n.h.ID(), PushProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Reset()
+		s.Write([]byte{0x0a}) // the start of an entry, then nothing
+		waitRejected(t, n.r, want)
+		if t.Failed() {
+			t.FailNow()
+		}
+		if _, err := io.ReadAll(s); !errors.Is(err, network.ErrReset) {
+			t.Fatalf("a stalled push: %v, want a reset", err)
+		}
+	}
+	stall(stranger, map[string]int64{"push_cut_short": 1, "sync_penalised": 1})
+	if !n.r.Penalised(stranger.ID()) {
+		t.Fatal("a stranger that stalled a push is not cooling down")
+	}
+	stall(trusted, map[string]int64{"push_cut_short": 2, "sync_penalised": 1})
+	if n.r.Penalised(trusted.ID()) {
+		t.Fatal("a trusted writer was penalised for a stalled push")
+	}
+	waitFor(t, func() bool { return n.r.pushing.inUse() == 0 })
+	if got := pushRaw(t, n, trusted, ownRecord(t, trusted)); got != 1 {
+		t.Fatalf("a push after the stall: answer %d, want 1", got)
+	}
 }

@@ -60,6 +60,16 @@ type ReplicaConfig struct {
 	// that refuse it. Admit counts what it refuses; it must be safe for
 	// concurrent use, must not block, and must not write to the replica.
 	Admit func(e *Signed, held func(key string) (*Signed, bool)) error
+	// Counts, if set, reports whether a peer counts: a trusted writer, or
+	// a node a trusted writer admitted (authority.Rules.Counts). Sync and
+	// push slots are kept for such peers, so that identities anyone can
+	// make cannot take them all. With trusted writers set, a node
+	// that does not count holds only its record in the state: its other
+	// entries are refused (ErrNotAdmitted; not when Counts is nil). nil: the trusted writers of the trust
+	// list in force (everyone, with no trust list). It is called as
+	// streams open: it must be fast, safe for concurrent use, and must
+	// not call the replica.
+	Counts func(peer.ID) bool
 }
 
 // DefaultReplicaConfig returns the agent's defaults for topic.
@@ -83,15 +93,13 @@ type Watcher func(Change)
 type Replica struct {
 	cfg   ReplicaConfig         // cfg.Trust is the trust list at start; see trust
 	trust atomic.Pointer[Trust] // the trust list in force (SetTrust)
-	// counts says whose entries count (SetCounts); nil: everyone's.
-	counts atomic.Pointer[func(peer.ID) bool]
-	h      host.Host
-	key    crypto.PrivKey
-	self   peer.ID // key's
-	store  *Store
-	log    *slog.Logger
-	now    func() time.Time
-	rng    *rand.Rand // guarded by mu
+	h     host.Host
+	key   crypto.PrivKey
+	self  peer.ID // key's
+	store *Store
+	log   *slog.Logger
+	now   func() time.Time
+	rng   *rand.Rand // guarded by mu
 
 	commits committer // see commit.go
 
@@ -125,6 +133,8 @@ type Replica struct {
 	pushing   Slots // see push.go
 	pulling   Slots // this replica's own pulls (see maxPulling)
 	warns     warnLimit
+	// firstRequest is firstRequestTimeout; tests shorten or lengthen it.
+	firstRequest time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -146,8 +156,10 @@ func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig
 	r := &Replica{cfg: cfg, h: h, key: key, self: self, store: store, log: log, now: now, rng: rng,
 		state: NewState(cfg.Trust), watchers: map[int]watch{}}
 	r.state.SetDirect(cfg.Direct)
-	r.pushing.max, r.pushing.perPeer = maxPushing, maxPushingPerPeer
-	r.pulling.max, r.pulling.perPeer = maxPulling, maxPullingPerPeer
+	r.serving.reserved = servingReserved
+	r.pushing.max, r.pushing.perPeer, r.pushing.reserved = maxPushing, maxPushingPerPeer, pushingReserved
+	r.pulling.max, r.pulling.perPeer, r.pulling.reserved = maxPulling, maxPullingPerPeer, pullingReserved
+	r.firstRequest = firstRequestTimeout
 	r.trust.Store(&cfg.Trust)
 	loaded, skipped, err := LoadState(store, r.state)
 	if err != nil {
@@ -572,6 +584,14 @@ func (r *Replica) StoreCommits() int64 { return r.store.Commits() }
 // Trust is the replica's trust list.
 func (r *Replica) Trust() Trust { return *r.trust.Load() }
 
+// counts reports whether p counts (ReplicaConfig.Counts).
+func (r *Replica) counts(p peer.ID) bool {
+	if r.cfg.Counts != nil {
+		return r.cfg.Counts(p)
+	}
+	return r.Trust().Trusted(p)
+}
+
 // check validates an opened entry against the trust list in force, and
 // that its author may hold entries beyond its record (checkCounts). It
 // takes no lock: the pubsub validator, pushes and pulls check before they
@@ -588,11 +608,6 @@ func (r *Replica) check(e *Signed, now time.Time) error {
 // yet wrote under its own name, other than its record.
 var ErrNotAdmitted = errors.New("gossip: author not admitted")
 
-// SetCounts sets who counts: with trusted writers set, the nodes they
-// admitted and themselves (the node's rules). Until it is set, every
-// entry the trust list allows is taken.
-func (r *Replica) SetCounts(f func(peer.ID) bool) { r.counts.Store(&f) }
-
 // checkCounts refuses, in a cluster with trusted writers, the entries of a
 // node that does not count (pending, revoked, or a stranger) other than
 // its record: its policy memberships and job acks would count for nothing
@@ -602,12 +617,11 @@ func (r *Replica) SetCounts(f func(peer.ID) bool) { r.counts.Store(&f) }
 // admitted, a node publishes its entries again (the node does, on its
 // admission), and anti-entropy brings them too.
 func (r *Replica) checkCounts(t Trust, e *Signed) error {
-	f := r.counts.Load()
-	if f == nil || t.Trusted(e.Author) {
+	if r.cfg.Counts == nil || t.Trusted(e.Author) {
 		return nil
 	}
 	k, _, err := classify(e.Key)
-	if err != nil || k.Writer != Self || k.Name == "node" || (*f)(e.Author) {
+	if err != nil || k.Writer != Self || k.Name == "node" || r.cfg.Counts(e.Author) {
 		return nil
 	}
 	return fmt.Errorf("%w: %s by %s", ErrNotAdmitted, e.Key, e.Author)
@@ -873,11 +887,13 @@ type counters struct {
 	// same peer was logged less than warnEvery ago.
 	syncMalformed, syncUnwanted, syncPenalised, syncPenaltyRefused, syncBusy, syncWarningsSuppressed atomic.Int64
 	// This replica's own pulls not made: one from the same peer was in
-	// flight, or maxPulling were (see pull).
-	syncPullsSkipped atomic.Int64
+	// flight, or maxPulling were (see pull). Streams served that brought
+	// no whole first request in firstRequestTimeout (see stallCooldown).
+	syncPullsSkipped, syncStalled atomic.Int64
 
 	// Pushes (push.go) refused for want of a slot or from a penalised
-	// peer, and cut short (the stream ended or timed out mid-entry).
+	// peer, and cut short (the stream ended, or brought no whole entry
+	// in firstRequestTimeout).
 	pushBusy, pushCutShort atomic.Int64
 }
 
@@ -922,6 +938,7 @@ func (r *Replica) Rejected() map[string]int64 {
 		"sync_busy":                c.syncBusy.Load(),
 		"sync_warnings_suppressed": c.syncWarningsSuppressed.Load(),
 		"sync_pulls_skipped":       c.syncPullsSkipped.Load(),
+		"sync_stalled":             c.syncStalled.Load(),
 		"push_busy":                c.pushBusy.Load(),
 		"push_cut_short":           c.pushCutShort.Load(),
 	}

@@ -50,7 +50,10 @@ func (c *cooldown) penalise(p peer.ID, now time.Time, d time.Duration) {
 			delete(c.until, q)
 		}
 	}
-	c.until[p] = now.Add(d)
+	// A shorter penalty (a stall) does not cut a longer one short.
+	if end, ok := c.until[p]; !ok || end.Before(now.Add(d)) {
+		c.until[p] = now.Add(d)
+	}
 }
 
 // active reports whether p is cooling down at now.
@@ -68,28 +71,54 @@ func (c *cooldown) active(p peer.ID, now time.Time) bool {
 // costs at most about 16 × (4 MiB + a response) of buffers whatever the
 // resource manager allows (mocknet hosts, in the simulator, have none).
 // One peer gets at most 2, so it cannot take every slot and starve the
-// others' pulls for a SyncTimeout.
+// others' pulls for a SyncTimeout. Identities cost nothing, though: 8
+// peers that each held 2 streams open took all 16, so half are kept for
+// peers that count (ReplicaConfig.Counts).
 const (
 	maxServing        = 16
 	maxServingPerPeer = 2
+	servingReserved   = 8
 )
+
+// firstRequestTimeout bounds the wait for a stream's first whole request
+// (a pull's first round, a push's entry); the rest of the stream keeps
+// its own deadline. An honest peer sends it as the stream opens: a pull's
+// first request is a few dozen bytes, a push at most MaxEntrySize. A
+// stream that brings none in time, or ends before, stalled: it gave its
+// slot to nobody for that long (see stallCooldown).
+const firstRequestTimeout = 2 * time.Second
+
+// stallCooldown is the cool-down of a peer that does not count and
+// stalled a stream: without one, a stream that sent one byte of a length
+// prefix, held its slot to the deadline, ended cut short (not penalised)
+// and was opened again at once. One minute makes each such stream cost
+// 30 times its hold, while an honest peer that is slow only now and then
+// (a starved machine, a pause) loses a minute of sync with this node, not
+// SyncCooldown; a peer that counts is only counted (it has slots kept for
+// it, its identity is not free, and a cool-down would also refuse its
+// pushes and job hand-offs).
+const stallCooldown = time.Minute
 
 // Bounds of the pushes this node takes at once. A push is one entry: a
 // node's farewell as it leaves, or a job target's ack to the job's writer
 // (its running ack and final acks of parallel jobs may overlap), so a few
 // per peer are plenty; a writer of a job to many targets takes many peers'
 // at once.
+// Half are kept for peers that count, as the pulls served are: 16
+// identities holding 4 pushes each took them all.
 const (
 	maxPushing        = 64
 	maxPushingPerPeer = 4
+	pushingReserved   = 32
 )
 
 // Slots counts the streams being served, in all and by peer: at most max
 // and perPeer (maxServing and maxServingPerPeer when zero, the pulls'
-// bounds). The sync and push servers use it, and other protocols'
+// bounds), the last reserved of them only for peers that count (see
+// AcquireFor). The sync and push servers use it, and other protocols'
 // servers (NewSlots).
 type Slots struct {
-	max, perPeer int
+	max, perPeer, reserved int
 
 	mu     sync.Mutex
 	total  int
@@ -97,10 +126,17 @@ type Slots struct {
 }
 
 // Acquire takes a slot for p, unless the bounds are reached.
-func (s *Slots) Acquire(p peer.ID) bool {
+func (s *Slots) Acquire(p peer.ID) bool { return s.AcquireFor(p, true) }
+
+// AcquireFor takes a slot for p, unless the bounds are reached; a peer
+// that does not count (counts false) gets none of the reserved slots.
+func (s *Slots) AcquireFor(p peer.ID, counts bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	max, perPeer := cmp.Or(s.max, maxServing), cmp.Or(s.perPeer, maxServingPerPeer)
+	if !counts {
+		max -= s.reserved
+	}
 	if s.total >= max || s.byPeer[p] >= perPeer {
 		return false
 	}

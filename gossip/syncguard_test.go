@@ -97,3 +97,25 @@ func TestWarnLimit(t *testing.T) {
 		t.Fatalf("%d peers remembered, at most %d", len(w.last), maxWarnPeers)
 	}
 }
+
+// TestSlotsReserved: a peer that does not count gets none of the
+// reserved slots; one that counts gets them.
+func TestSlotsReserved(t *testing.T) {
+	s := Slots{max: 4, perPeer: 1, reserved: 2}
+	if !s.AcquireFor("a", false) || !s.AcquireFor("b", false) {
+		t.Fatal("a stranger was refused an unreserved slot")
+	}
+	if s.AcquireFor("c", false) {
+		t.Fatal("a stranger got a reserved slot")
+	}
+	if !s.AcquireFor("c", true) || !s.Acquire("d") {
+		t.Fatal("a peer that counts was refused a reserved slot")
+	}
+	if s.AcquireFor("e", true) {
+		t.Fatal("a slot beyond max")
+	}
+	s.Release("a")
+	if s.AcquireFor("e", false) {
+		t.Fatal("a stranger got a slot while the reserved ones are taken by peers that count")
+	}
+}

@@ -126,7 +126,8 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 		s.Reset()
 		return
 	}
-	if !r.serving.Acquire(p) {
+	counts := r.counts(p)
+	if !r.serving.AcquireFor(p, counts) {
 		r.counters.syncBusy.Add(1)
 		r.log.Debug("sync: refused a pull, too many served at once", "peer", p)
 		s.Reset()
@@ -134,10 +135,22 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 	}
 	defer r.serving.Release(p)
 	s.SetDeadline(time.Now().Add(r.cfg.SyncTimeout))
+	// The first request must come whole within firstRequest: a timer
+	// rather than a deadline, which bounds the whole stream (and which
+	// some transports, mocknet's, ignore).
+	first := time.AfterFunc(r.firstRequest, func() { s.Reset() })
+	defer first.Stop()
 	br := bufio.NewReader(s)
-	for range maxRounds + 1 {
+	for round := range maxRounds + 1 {
 		b, held, err := ReadMsg(br, s.Scope())
+		if round == 0 {
+			first.Stop()
+		}
 		if err != nil {
+			if round == 0 && isStall(err) {
+				r.stalled(s, "sync", counts, err)
+				return
+			}
 			r.refuseSync(s, "serve", err)
 			return
 		}
@@ -551,6 +564,43 @@ func (r *Replica) refuseSync(s network.Stream, side string, err error) {
 	r.log.Warn(msg, args...)
 }
 
+// isStall reports whether err, ending a stream before its first whole
+// request, is a stall: anything but a protocol break (penalised as such)
+// or this node's own want of memory.
+func isStall(err error) bool {
+	return !errors.Is(err, ErrBadSyncMessage) && !errors.Is(err, ErrSyncNoMemory)
+}
+
+// stalled resets s, served to a peer that sent no whole first request in
+// firstRequest (what says which protocol: "sync" or "push"), counts it,
+// and puts the peer in its cool-down for stallCooldown unless it counts.
+// The counter is the protocol's: sync_stalled, push_cut_short.
+func (r *Replica) stalled(s network.Stream, what string, counts bool, err error) {
+	p := s.Conn().RemotePeer()
+	defer s.Reset()
+	if what == "push" {
+		r.counters.pushCutShort.Add(1)
+	} else {
+		r.counters.syncStalled.Add(1)
+	}
+	msg, args := what+": a stream brought no whole request in time", []any{"peer", p, "err", err}
+	if !counts {
+		r.penalties.penalise(p, r.now(), stallCooldown)
+		r.counters.syncPenalised.Add(1)
+		msg = what + ": a peer that does not count stalled a stream; neither pulling from it nor serving it for the cool-down"
+		args = append(args, "cooldown", stallCooldown)
+	}
+	ok, held := r.warns.allow(p, r.now(), warnEvery)
+	if !ok {
+		r.counters.syncWarningsSuppressed.Add(1)
+		return
+	}
+	if held > 0 {
+		args = append(args, "suppressed", held)
+	}
+	r.log.Warn(msg, args...)
+}
+
 // onTopicJoin pulls from each peer as it joins the state topic, and
 // publishes the entries written while no peer was there. On topic join
 // rather than on connect: an entry written after the connect-time sync but
@@ -636,10 +686,13 @@ func (r *Replica) pullWhileJoining() {
 // topic join each time a peer subscribes again: a peer that toggled its
 // subscription 200 times and never answered held 201 pulls open at once,
 // each a stream and a goroutine for SyncTimeout. A pull not made finds
-// the one in flight bringing the same.
+// the one in flight bringing the same. Half the slots are kept for peers
+// that count, so that peers anyone can make, never answering, cannot
+// hold them all.
 const (
 	maxPulling        = 16
 	maxPullingPerPeer = 1
+	pullingReserved   = 8
 )
 
 // errPullInFlight is a pull not made: one from the same peer is in
@@ -648,7 +701,7 @@ var errPullInFlight = errors.New("gossip: a pull from the peer is in flight, or 
 
 // startPull takes a pull slot for p, counting a pull not made.
 func (r *Replica) startPull(p peer.ID) bool {
-	if r.pulling.Acquire(p) {
+	if r.pulling.AcquireFor(p, r.counts(p)) {
 		return true
 	}
 	r.counters.syncPullsSkipped.Add(1)

@@ -90,17 +90,25 @@ type testNet struct {
 	logs  *warnCounter
 	// psOpts are added to the replica's pubsub options.
 	psOpts []pubsub.Option
+	// trust, if set, is the replica's trust list (open if nil).
+	trust []peer.ID
+	// firstRequest, if set, replaces firstRequestTimeout.
+	firstRequest time.Duration
 }
 
 func newTestNet(t *testing.T) *testNet {
 	t.Helper()
-	mn := mocknet.New()
-	t.Cleanup(func() { mn.Close() })
-	h, err := mn.GenPeer()
+	return startTestNet(t, &testNet{mn: mocknet.New()})
+}
+
+// startTestNet starts n, set up but for its mocknet's first host.
+func startTestNet(t *testing.T, n *testNet) *testNet {
+	t.Helper()
+	t.Cleanup(func() { n.mn.Close() })
+	h, err := n.mn.GenPeer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &testNet{mn: mn}
 	n.start(t, h)
 	return n
 }
@@ -116,10 +124,16 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 	cfg := DefaultReplicaConfig("tribe/test")
 	cfg.SyncInterval = time.Hour // no pulls but the test's own
 	cfg.SyncTimeout = 30 * time.Second
+	if n.trust != nil {
+		cfg.Trust = NewTrust(n.trust...)
+	}
 	n.h, n.clock, n.logs = h, newTestClock(), &warnCounter{warns: map[string]int{}, suppressed: map[string]int64{}}
 	n.r, err = NewReplica(h, h.Peerstore().PrivKey(h.ID()), store, cfg, slog.New(n.logs), n.clock.now, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n.firstRequest != 0 {
+		n.r.firstRequest = n.firstRequest
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -140,13 +154,20 @@ func (n *testNet) peer(t *testing.T) host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.connect(t, h)
+	return h
+}
+
+// connect links and connects h, a host of the same mocknet, to the
+// replica's.
+func (n *testNet) connect(t *testing.T, h host.Host) {
+	t.Helper()
 	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
 		t.Fatal(err)
 	}
-	return h
 }
 
 // wantRejected checks every counter of Rejected: those in want have those
@@ -517,6 +538,8 @@ func TestServeSyncMalformed(t *testing.T) {
 		{"undecodable request", frame([]byte("garbage")), true},
 		{"a response for a request", frame(EncodeResponse(SyncResponse{})), true},
 		{"the same node probed twice", frame(EncodeRequest(SyncRequest{Probes: []Probe{{}, {}}})), true},
+		// Before the first whole request: a stall, not penalised from
+		// a peer that counts (everyone, with no trust list).
 		{"cut short", append(binary.AppendUvarint(nil, 100), make([]byte, 10)...), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -533,9 +556,9 @@ func TestServeSyncMalformed(t *testing.T) {
 			if b, err := readFrame(bufio.NewReader(s)); err == nil {
 				t.Fatalf("served %d bytes", len(b))
 			}
-			want := map[string]int64{"sync_malformed": 1}
+			want := map[string]int64{"sync_stalled": 1}
 			if tc.penalised {
-				want["sync_penalised"] = 1
+				want = map[string]int64{"sync_malformed": 1, "sync_penalised": 1}
 			}
 			waitRejected(t, n.r, want)
 			if got := n.r.Penalised(h.ID()); got != tc.penalised {
@@ -563,14 +586,14 @@ func TestSyncWarningsRateLimited(t *testing.T) {
 	for range 3 {
 		cutShort()
 	}
-	waitRejected(t, n.r, map[string]int64{"sync_malformed": 3, "sync_warnings_suppressed": 2})
+	waitRejected(t, n.r, map[string]int64{"sync_stalled": 3, "sync_warnings_suppressed": 2})
 	waitFor(t, func() bool { got, _ := n.logs.count(h.ID()); return got >= 1 })
 	if got, _ := n.logs.count(h.ID()); got != 1 {
 		t.Fatalf("%d warnings for the peer, want 1", got)
 	}
 	n.clock.advance(time.Minute)
 	cutShort()
-	waitRejected(t, n.r, map[string]int64{"sync_malformed": 4, "sync_warnings_suppressed": 2})
+	waitRejected(t, n.r, map[string]int64{"sync_stalled": 4, "sync_warnings_suppressed": 2})
 	waitFor(t, func() bool { got, _ := n.logs.count(h.ID()); return got >= 2 })
 	if got, suppressed := n.logs.count(h.ID()); got != 2 || suppressed != 2 {
 		t.Fatalf("after a minute: %d warnings for the peer, the last saying %d suppressed; want 2, 2", got, suppressed)
@@ -582,7 +605,7 @@ func TestSyncWarningsRateLimited(t *testing.T) {
 // and all but the pulls served at once are refused and counted.
 func TestServeSyncMemoryBounded(t *testing.T) {
 	const peers, streamsEach = 8, 16
-	n := newTestNet(t)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), firstRequest: time.Hour}) // held, not stalled
 	hosts := make([]host.Host, peers)
 	for i := range hosts {
 		hosts[i] = n.peer(t)
@@ -798,4 +821,103 @@ func TestPullOnePerPeerInFlight(t *testing.T) {
 		t.Fatalf("%d topic joins: %d pulls opened, %d at once; want 1", toggles, got, max)
 	}
 	wantRejected(t, n.r, map[string]int64{"sync_pulls_skipped": toggles - 1})
+}
+
+// TestSyncSlotsKeptForPeersThatCount: peers that do not count, however
+// many, hold at most the slots not kept for those that do: 8 of them
+// holding 2 streams each, open and silent, leave a pull from a trusted
+// writer served.
+func TestSyncSlotsKeptForPeersThatCount(t *testing.T) {
+	mn := mocknet.New()
+	hm, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held, not stalled: this test is about the slots alone.
+	n := startTestNet(t, &testNet{mn: mn, trust: []peer.ID{hm.ID()}, firstRequest: time.Hour})
+	m := &testNet{mn: mn}
+	m.start(t, hm)
+	n.connect(t, hm)
+	const strangers = 8
+	for range strangers {
+		h := n.peer(t)
+		for range maxServingPerPeer {
+			s, err := h.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Reset()
+			s.Write([]byte{0x81}) // a length prefix begun, then nothing
+		}
+	}
+	busy := int64(strangers*maxServingPerPeer - (maxServing - servingReserved))
+	waitFor(t, func() bool { return n.r.Rejected()["sync_busy"] == busy })
+	if _, err := m.r.SyncWith(context.Background(), n.h.ID()); err != nil {
+		t.Fatalf("a trusted writer's pull while %d strangers hold streams: %v", strangers, err)
+	}
+	wantRejected(t, n.r, map[string]int64{"sync_busy": busy})
+}
+
+// TestSyncStall: a stream that brings no whole first request within
+// firstRequest is reset and counted, and frees its slot; its peer is put
+// in a cool-down of stallCooldown if it does not count, and only counted
+// if it does. Past its first request a stream keeps the longer deadline.
+func TestSyncStall(t *testing.T) {
+	const first = 100 * time.Millisecond
+	mn := mocknet.New()
+	trusted, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startTestNet(t, &testNet{mn: mn, trust: []peer.ID{trusted.ID()}, firstRequest: first})
+	n.connect(t, trusted)
+	stranger := n.peer(t)
+	stall := func(h host.Host, want map[string]int64) {
+		t.Helper()
+		s, err := h.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Reset()
+		s.Write([]byte{0x81})
+		waitRejected(t, n.r, want)
+		if t.Failed() {
+			t.FailNow()
+		}
+		if b, err := readFrame(bufio.NewReader(s)); err == nil {
+			t.Fatalf("a stalled stream was served %d bytes", len(b))
+		}
+	}
+	stall(stranger, map[string]int64{"sync_stalled": 1, "sync_penalised": 1})
+	waitFor(t, func() bool { return servingNow(n.r) == 0 })
+	if !n.r.Penalised(stranger.ID()) {
+		t.Fatal("a stranger that stalled a stream is not cooling down")
+	}
+	n.clock.advance(stallCooldown)
+	if n.r.Penalised(stranger.ID()) {
+		t.Fatal("a stall's cool-down outlasted stallCooldown")
+	}
+	stall(trusted, map[string]int64{"sync_stalled": 2, "sync_penalised": 1})
+	if n.r.Penalised(trusted.ID()) {
+		t.Fatal("a trusted writer was penalised for a stall")
+	}
+
+	s, err := trusted.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	br := bufio.NewReader(s)
+	for round := range 2 {
+		if round > 0 {
+			time.Sleep(3 * first) // past the first request's deadline
+		}
+		if err := WriteMsg(s, EncodeRequest(SyncRequest{Probes: []Probe{{Hash: uint64(round + 1)}}})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readFrame(br); err != nil {
+			t.Fatalf("round %d: %v", round+1, err)
+		}
+	}
+	wantRejected(t, n.r, map[string]int64{"sync_stalled": 2, "sync_penalised": 1})
 }

@@ -131,7 +131,7 @@ func TestEntriesOfNodesThatDoNotCount(t *testing.T) {
 	if _, err := r.SetTrust(NewTrust(writer.id)); err != nil {
 		t.Fatal(err)
 	}
-	r.SetCounts(func(p peer.ID) bool { return p == writer.id || p == admitted.id })
+	r.cfg.Counts = func(p peer.ID) bool { return p == writer.id || p == admitted.id }
 	now := n.clock.now()
 	for _, c := range []struct {
 		a   *author

@@ -80,9 +80,6 @@ func (n *Node) initAuthority() {
 	for _, e := range n.replica.Prefix(nodesPrefix) {
 		n.checkArrivingRecord(gossip.Change{Key: e.Key, New: e})
 	}
-	// Only now that the admissions are loaded: entries of nodes that do
-	// not count, beyond their records, are refused (gossip.ErrNotAdmitted).
-	n.replica.SetCounts(func(p peer.ID) bool { return n.rules().Counts(p) })
 }
 
 // announceOwn publishes this node's policy memberships again, once it is

@@ -333,6 +333,10 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	rcfg.Direct = gossip.DirectKey
 	// An ack is taken only of a job held here, from one of its targets.
 	rcfg.Admit = n.admitAck
+	// Sync and push slots are kept for the nodes that count, and a node
+	// that does not count holds only its record here (read as entries
+	// and streams come, after initAuthority below).
+	rcfg.Counts = func(id peer.ID) bool { return n.rules().Counts(id) }
 	n.rngMu.Lock()
 	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.rngMu.Unlock()

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,6 +24,29 @@ const leafItems = 16
 // maxRounds bounds one pull: 16 levels of descent plus want rounds.
 const maxRounds = 64
 
+// maxNodeReply is the most bytes one node reply takes in a response: the
+// node (its depth and value), the reply's kind, and 16 child hashes or
+// the count and up to leafItems items (16 bytes each).
+const maxNodeReply = 1 + binary.MaxVarintLen64 + 1 + binary.MaxVarintLen64 + leafItems*16
+
+// respondNodeBudget bounds the node replies in one response, as
+// respondBudget (syncnet.go) bounds its entries: both, with an entry past
+// the latter, fit MaxSyncMessage. Only the entries were bounded: with
+// 300,000 keys to bring, the fifth round of a pull probed 64,865 nodes,
+// the answer came to 5.2 MB, over the limit, and every pull failed.
+const respondNodeBudget = 2 << 20
+
+// Bounds of one request of a pull (NextPull): maxPullProbes probes, whose
+// replies fit respondNodeBudget whatever they are, and maxPullWants
+// wants, more than one response's entries (respondBudget) ever serve.
+// What differs beyond them waits for the next rounds. A request of every
+// differing node went over maxProbes at ~2M keys, and the responder
+// penalised the puller.
+const (
+	maxPullProbes = respondNodeBudget / maxNodeReply
+	maxPullWants  = 8192
+)
+
 // Probe asks the responder to compare one digest node with the puller's
 // hash of it.
 type Probe struct {
@@ -34,6 +58,11 @@ type Probe struct {
 type SyncRequest struct {
 	Probes []Probe
 	Want   []uint64 // key hashes whose entries the puller wants
+
+	// What NextPull found to compare or fetch beyond maxPullProbes and
+	// maxPullWants: never sent, carried from one request to the next.
+	laterNodes []NodeRef
+	laterItems []ItemSummary
 }
 
 // ItemSummary is one entry as the digest sees it.
@@ -64,12 +93,24 @@ func (s *State) StartPull(sc Scope) SyncRequest {
 
 // Respond answers req from s, comparing in scope sc, sending at most
 // budget bytes of entries (at least one entry if any is wanted, so a pull
-// always progresses). Wants are served in any scope: a node asks for
-// what it needs by key (Replica.FetchKeys).
+// always progresses) and respondNodeBudget of node replies: past it the
+// rest of the probes go unanswered, as if they were equal (a puller of
+// this version never sends that many; one of an earlier version gets
+// the rest at its next pull). Wants are served in any scope: a node asks
+// for what it needs by key (Replica.FetchKeys).
 func (s *State) Respond(req SyncRequest, budget int, sc Scope) SyncResponse {
 	var resp SyncResponse
+	resp.Nodes, _, _ = s.replyNodes(req.Probes, sc, respondNodeBudget)
+	resp.Served, resp.Entries, _ = s.serveWants(req.Want, 0, budget)
+	return resp
+}
+
+// replyNodes answers probes in order, in scope sc, until their replies
+// would pass budget bytes (the first always goes): it returns the
+// replies, their size, and how many probes it answered.
+func (s *State) replyNodes(probes []Probe, sc Scope, budget int) (replies []NodeReply, size, answered int) {
 	v := s.view(sc)
-	for _, p := range req.Probes {
+	for i, p := range probes {
 		if !p.Node.valid() {
 			continue
 		}
@@ -89,28 +130,51 @@ func (s *State) Respond(req SyncRequest, budget int, sc Scope) SyncResponse {
 				reply.Children[i], _ = v.hash(p.Node.Child(i))
 			}
 		}
-		resp.Nodes = append(resp.Nodes, reply)
+		n := replySize(reply)
+		if size > 0 && size+n > budget {
+			return replies, size, i
+		}
+		replies = append(replies, reply)
+		size += n
 	}
-	used := 0
-	for _, kh := range req.Want {
+	return replies, size, len(probes)
+}
+
+// replySize is the size of r as EncodeResponse writes it.
+func replySize(r NodeReply) int {
+	n := 1 + varintLen(r.Node.Value) + 1
+	if r.Children != nil {
+		return n + 8*len(r.Children)
+	}
+	return n + varintLen(uint64(len(r.Items))) + 16*len(r.Items)
+}
+
+// serveWants serves wants in order, with used bytes of entries already
+// in the response, until an entry would pass budget (the first always
+// goes): it returns how many it served, their entries, and the bytes of
+// entries now used.
+func (s *State) serveWants(wants []uint64, used, budget int) (served int, entries [][]byte, usedNow int) {
+	for _, kh := range wants {
 		e, ok := s.byKeyHash(kh)
 		if ok && used > 0 && used+len(e.Raw) > budget {
 			break
 		}
-		resp.Served++
+		served++
 		if ok {
-			resp.Entries = append(resp.Entries, e.Raw)
+			entries = append(entries, e.Raw)
 			used += len(e.Raw)
 		}
 	}
-	return resp
+	return served, entries, used
 }
 
 // NextPull computes the request after req got resp, against s as it is now
 // (with resp's entries applied), comparing in scope sc. done means the
 // pull is complete. claim, if not nil, is asked before an entry is
 // wanted: an entry it refuses is left out (another pull of this replica
-// fetches that very version).
+// fetches that very version). A request has at most maxPullProbes probes
+// and maxPullWants wants: the rest are carried in it to the next
+// requests, oldest first, hashed and looked up again as they go.
 func (s *State) NextPull(req SyncRequest, resp SyncResponse, sc Scope, claim func(ItemSummary) bool) (next SyncRequest, done bool) {
 	v := s.view(sc)
 	if resp.Served < len(req.Want) {
@@ -120,6 +184,7 @@ func (s *State) NextPull(req SyncRequest, resp SyncResponse, sc Scope, claim fun
 	for _, p := range req.Probes {
 		asked[p.Node] = true
 	}
+	nodes, items := slices.Clip(req.laterNodes), slices.Clip(req.laterItems)
 	for _, r := range resp.Nodes {
 		if !asked[r.Node] || !r.Node.valid() {
 			continue // not ours to act on
@@ -132,21 +197,32 @@ func (s *State) NextPull(req SyncRequest, resp SyncResponse, sc Scope, claim fun
 			for i, theirs := range r.Children {
 				child := r.Node.Child(i)
 				if mine, _ := v.hash(child); mine != theirs {
-					next.Probes = append(next.Probes, Probe{Node: child, Hash: mine})
+					nodes = append(nodes, child)
 				}
 			}
 		default:
 			lo, hi := r.Node.span()
 			for _, it := range r.Items {
-				if it.KeyHash < lo || it.KeyHash > hi {
-					continue
-				}
-				if _, mine, ok := v.lookup(it.KeyHash); (!ok || mine != it.VersionHash) && (claim == nil || claim(it)) {
-					next.Want = append(next.Want, it.KeyHash)
+				if it.KeyHash >= lo && it.KeyHash <= hi {
+					items = append(items, it)
 				}
 			}
 		}
 	}
+	n := min(len(nodes), maxPullProbes)
+	for _, node := range nodes[:n] {
+		mine, _ := v.hash(node) // as of now: entries came since
+		next.Probes = append(next.Probes, Probe{Node: node, Hash: mine})
+	}
+	next.laterNodes = nodes[n:]
+	i := 0
+	for ; i < len(items) && len(next.Want) < maxPullWants; i++ {
+		it := items[i]
+		if _, mine, ok := v.lookup(it.KeyHash); (!ok || mine != it.VersionHash) && (claim == nil || claim(it)) {
+			next.Want = append(next.Want, it.KeyHash)
+		}
+	}
+	next.laterItems = items[i:]
 	return next, len(next.Probes) == 0 && len(next.Want) == 0
 }
 

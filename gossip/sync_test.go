@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -119,5 +121,140 @@ func TestToRelay(t *testing.T) {
 	}
 	if got := toRelay(author, many, now, quiet); len(got) != maxRelay {
 		t.Fatalf("relayed %d of %d fresh entries, want at most %d", len(got), len(many), maxRelay)
+	}
+}
+
+// putUnchecked puts e in s as Apply would, without checking it or
+// indexing its key for Prefix: for states of hundreds of thousands of
+// keys, built fast.
+func putUnchecked(s *State, e *Signed) {
+	s.entries[e.Key] = e
+	s.digestOf(e.Key).put(e.Key, keyHash(e.Key), versionHash(e))
+}
+
+// bigState is a state of n entries of size bytes each (not signed: Raw
+// is the key, padded), for pulls of a large difference.
+func bigState(n, size int) *State {
+	s := NewState(NewTrust())
+	for i := range n {
+		key := fmt.Sprintf("tribes/t%d", i)
+		raw := make([]byte, size)
+		copy(raw, key)
+		putUnchecked(s, &Signed{Entry: Entry{Key: key, HLC: MakeHLC(t0.UnixMilli(), 0)}, Raw: raw, Hash: sha256.Sum256(raw)})
+	}
+	return s
+}
+
+// pullStats is what pullAcross took: rounds, bytes both ways, the most
+// probes and wants in a request, and the largest message.
+type pullStats struct {
+	rounds, bytes, probes, wants, largest int
+}
+
+// pullAcross pulls everything src holds into dst, round by round through
+// the codec and both sides' checks, as the shell does; an entry is
+// applied by finding it in src by the key its Raw starts with.
+func pullAcross(t *testing.T, dst, src *State) pullStats {
+	t.Helper()
+	var st pullStats
+	req := dst.StartPull(Full)
+	for st.rounds = 1; st.rounds < 1000; st.rounds++ {
+		qb := EncodeRequest(req)
+		dreq, err := DecodeRequest(qb)
+		if err == nil {
+			err = CheckRequest(dreq)
+		}
+		if err != nil {
+			t.Fatalf("round %d: request of %d probes, %d wants refused: %v", st.rounds, len(req.Probes), len(req.Want), err)
+		}
+		rb := EncodeResponse(src.Respond(dreq, respondBudget, Full))
+		for _, b := range [][]byte{qb, rb} {
+			if err := WriteMsg(io.Discard, b); err != nil {
+				t.Fatalf("round %d (%d probes, %d wants): %v", st.rounds, len(req.Probes), len(req.Want), err)
+			}
+			st.bytes += len(b)
+			st.largest = max(st.largest, len(b))
+		}
+		st.probes, st.wants = max(st.probes, len(req.Probes)), max(st.wants, len(req.Want))
+		resp, err := DecodeResponse(rb)
+		if err == nil {
+			err = CheckResponse(req, resp)
+		}
+		if err != nil {
+			t.Fatalf("round %d: response refused: %v", st.rounds, err)
+		}
+		for _, raw := range resp.Entries {
+			key, _, _ := strings.Cut(string(raw), "\x00")
+			putUnchecked(dst, src.entries[key])
+		}
+		next, done := dst.NextPull(req, resp, Full, nil)
+		if done {
+			return st
+		}
+		req = next
+	}
+	t.Fatalf("no end after %d rounds", st.rounds)
+	return st
+}
+
+// TestPullLargeDifference: a puller that holds nothing of 300,000 keys
+// gets them all, every message within MaxSyncMessage and every request
+// within the responder's checks. Node replies were not budgeted: the
+// fifth round probed 64,865 nodes, the answer was 5.2 MB, and every pull
+// failed.
+func TestPullLargeDifference(t *testing.T) {
+	const keys, size = 300_000, 64
+	src, dst := bigState(keys, size), NewState(NewTrust())
+	st := pullAcross(t, dst, src)
+	t.Logf("%d keys of %d bytes: %d rounds, %.1f MiB in all, largest message %.2f MiB, at most %d probes and %d wants a request",
+		keys, size, st.rounds, float64(st.bytes)/(1<<20), float64(st.largest)/(1<<20), st.probes, st.wants)
+	if dst.Root() != src.Root() || dst.Len() != keys {
+		t.Fatalf("after the pull: %d keys held of %d", dst.Len(), keys)
+	}
+	if st.probes > maxPullProbes || st.wants > maxPullWants {
+		t.Fatalf("%d probes, %d wants in a request: over %d, %d", st.probes, st.wants, maxPullProbes, maxPullWants)
+	}
+}
+
+// TestRespondBudgetsNodeReplies: a request of more probes than fit a
+// response (a puller of an earlier version) is answered for a prefix of
+// them, within respondNodeBudget.
+func TestRespondBudgetsNodeReplies(t *testing.T) {
+	s := bigState(200_000, 8)
+	var req SyncRequest
+	for v := range uint64(1 << 16) {
+		req.Probes = append(req.Probes, Probe{Node: NodeRef{Depth: 4, Value: v}, Hash: 1})
+	}
+	resp := s.Respond(req, respondBudget, Full)
+	size := 0
+	for _, r := range resp.Nodes {
+		size += replySize(r)
+	}
+	if size > respondNodeBudget || len(resp.Nodes) == 0 || len(resp.Nodes) == len(req.Probes) {
+		t.Fatalf("%d of %d probes answered in %d bytes: want a prefix within %d", len(resp.Nodes), len(req.Probes), size, respondNodeBudget)
+	}
+	if err := WriteMsg(io.Discard, EncodeResponse(resp)); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckResponse(req, resp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodeBudgetsFit: the most a puller's request can make a response
+// carry fits a message, and maxNodeReply is the most one reply takes.
+func TestNodeBudgetsFit(t *testing.T) {
+	if most := respondNodeBudget + respondBudget + MaxEntrySize + 1<<10; most > MaxSyncMessage {
+		t.Fatalf("a response may take %d bytes, over %d", most, MaxSyncMessage)
+	}
+	items := make([]ItemSummary, leafItems)
+	for _, r := range []NodeReply{
+		{Node: NodeRef{Depth: MaxDepth - 1, Value: 1<<60 - 1}, Children: make([]uint64, 16)},
+		{Node: NodeRef{Depth: MaxDepth, Value: ^uint64(0)}, Items: items},
+	} {
+		enc := EncodeResponse(SyncResponse{Nodes: []NodeReply{r}})
+		if got := len(enc) - len(EncodeResponse(SyncResponse{})); got != replySize(r) || got > maxNodeReply {
+			t.Fatalf("a reply of %d bytes, replySize %d, maxNodeReply %d", got, replySize(r), maxNodeReply)
+		}
 	}
 }

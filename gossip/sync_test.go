@@ -68,6 +68,12 @@ func TestCheckRequest(t *testing.T) {
 		{"a node twice", SyncRequest{Probes: []Probe{{Node: a}, {Node: b}, {Node: a, Hash: 9}}}, ErrBadSyncMessage},
 		{"the root 131,072 times", SyncRequest{Probes: make([]Probe, maxProbes)}, ErrBadSyncMessage},
 		{"a key twice", SyncRequest{Want: []uint64{5, 1, 5}}, ErrBadSyncMessage},
+		{"a node with its parent", SyncRequest{Probes: []Probe{{Node: b}, {Node: a.Child(3)}, {Node: a}}}, ErrBadSyncMessage},
+		{"a node with the root", SyncRequest{Probes: []Probe{{Node: a}, {}}}, ErrBadSyncMessage},
+		{"a node with a distant ancestor", SyncRequest{Probes: []Probe{{Node: NodeRef{Depth: MaxDepth, Value: 1<<60 | 7}}, {Node: NodeRef{Depth: 1, Value: 1}}}}, ErrBadSyncMessage},
+		{"every node of depth 4", SyncRequest{Probes: probesAt(4)}, nil},
+		{"every node of depths 1 to 4", SyncRequest{Probes: slices.Concat(probesAt(1), probesAt(2), probesAt(3), probesAt(4))}, ErrBadSyncMessage},
+		{"a node that is none", SyncRequest{Probes: []Probe{{Node: NodeRef{Depth: 1, Value: 16}}}}, ErrBadSyncMessage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := CheckRequest(tc.req); !errors.Is(err, tc.err) {
@@ -75,6 +81,15 @@ func TestCheckRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// probesAt probes every node at depth d with a wrong hash.
+func probesAt(d uint8) []Probe {
+	var out []Probe
+	for v := range uint64(1) << (4 * d) {
+		out = append(out, Probe{Node: NodeRef{Depth: d, Value: v}, Hash: 1})
+	}
+	return out
 }
 
 func TestServedWants(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -538,6 +539,7 @@ func TestServeSyncMalformed(t *testing.T) {
 		{"undecodable request", frame([]byte("garbage")), true},
 		{"a response for a request", frame(EncodeResponse(SyncResponse{})), true},
 		{"the same node probed twice", frame(EncodeRequest(SyncRequest{Probes: []Probe{{}, {}}})), true},
+		{"a node probed with its ancestor", frame(EncodeRequest(SyncRequest{Probes: []Probe{{}, {Node: NodeRef{Depth: 1}}}})), true},
 		// Before the first whole request: a stall, not penalised from
 		// a peer that counts (everyone, with no trust list).
 		{"cut short", append(binary.AppendUvarint(nil, 100), make([]byte, 10)...), false},
@@ -920,4 +922,34 @@ func TestSyncStall(t *testing.T) {
 		}
 	}
 	wantRejected(t, n.r, map[string]int64{"sync_stalled": 2, "sync_penalised": 1})
+}
+
+// TestRespondInChunks: the shell's response, made a chunk at a time
+// under the lock, is State.Respond's, across chunks and when either
+// budget runs out within one.
+func TestRespondInChunks(t *testing.T) {
+	n := newTestNet(t)
+	n.r.mu.Lock()
+	n.r.state = bigState(200_000, 300)
+	n.r.mu.Unlock()
+	var wants []uint64
+	for i := range 5000 {
+		wants = append(wants, keyHash(fmt.Sprintf("tribes/t%d", i*7)), uint64(i)) // held, and not
+	}
+	for _, req := range []SyncRequest{
+		{Probes: probesAt(4), Want: wants}, // both budgets run out
+		{Probes: probesAt(3)[:respondChunk+1], Want: wants[:respondChunk+1]},
+		{Probes: probesAt(2)},
+		{},
+	} {
+		want := n.r.state.Respond(req, respondBudget, Full)
+		got := n.r.respond(req, Full)
+		if len(want.Nodes) == 0 && len(req.Probes) > 0 {
+			t.Fatal("no node replies: the test's state is wrong")
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d probes, %d wants: %d replies, %d served, %d entries; want %d, %d, %d", len(req.Probes), len(req.Want),
+				len(got.Nodes), got.Served, len(got.Entries), len(want.Nodes), want.Served, len(want.Entries))
+		}
+	}
 }

@@ -76,6 +76,11 @@ type hostLimits struct {
 	PeerStreams, PeerStreamsAll, CallStreams int
 	// Streams caps all streams each way, StreamsAll both ways together.
 	Streams, StreamsAll int
+	// AllCallStreams caps the call protocol's streams each way, all peers
+	// together: below Streams, so that calls (a flood of them, or
+	// strangers' streams waiting for a request) never take the streams a
+	// probe, a sync or a hand-off needs.
+	AllCallStreams int
 }
 
 // limitsFor returns the limits of an agent with configuration c.
@@ -88,7 +93,7 @@ type hostLimits struct {
 //	established outbound          1,024   8 × ConnHigh
 //	per address (both ways)       256     2 × ConnHigh (or ConnsPerIP), 10 new per second after that burst
 //	streams per peer              384 each way, 512 in all; 256 each way of the call protocol
-//	streams in all                2,048 each way, 4,096 in all (transient ones too)
+//	streams in all                2,048 each way, 4,096 in all (transient ones too); 1,536 each way of the call protocol
 //	file descriptors              2,560   every connection, handshakes included
 //	memory (yamux windows)        128 MiB per peer, 1 GiB in all: accounted, not allocated
 //
@@ -109,6 +114,7 @@ func limitsFor(c Config) hostLimits {
 		CallStreams:      plugins.CallStreamsPerPeer,
 		Streams:          2048,
 		StreamsAll:       4096,
+		AllCallStreams:   1536,
 	}
 }
 
@@ -174,9 +180,9 @@ func (l hostLimits) resourceLimits() rcmgr.ConcreteLimitConfig {
 		},
 		Protocol: map[protocol.ID]rcmgr.ResourceLimits{
 			plugins.ProtocolID: {
-				StreamsInbound:  val(l.Streams),
-				StreamsOutbound: val(l.Streams),
-				Streams:         val(l.StreamsAll),
+				StreamsInbound:  val(l.AllCallStreams),
+				StreamsOutbound: val(l.AllCallStreams),
+				Streams:         val(2 * l.AllCallStreams),
 			},
 		},
 	}

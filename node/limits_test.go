@@ -264,6 +264,7 @@ func TestLimitsTable(t *testing.T) {
 	lim := rcmgr.NewFixedLimiter(l.resourceLimits())
 	sys, tr, peerL := lim.GetSystemLimits(), lim.GetTransientLimits(), lim.GetPeerLimits("any")
 	call := lim.GetProtocolPeerLimits(plugins.ProtocolID)
+	allCalls := lim.GetProtocolLimits(plugins.ProtocolID)
 	in, out := network.DirInbound, network.DirOutbound
 	for _, c := range []struct {
 		what      string
@@ -281,6 +282,8 @@ func TestLimitsTable(t *testing.T) {
 		{"call streams per peer outbound", int64(call.GetStreamLimit(out)), 256},
 		{"streams inbound", int64(sys.GetStreamLimit(in)), 2048},
 		{"streams", int64(sys.GetStreamTotalLimit()), 4096},
+		{"call streams inbound", int64(allCalls.GetStreamLimit(in)), 1536},
+		{"call streams outbound", int64(allCalls.GetStreamLimit(out)), 1536},
 		{"file descriptors", int64(sys.GetFDLimit()), 2560},
 		{"memory per peer (MiB)", peerL.GetMemoryLimit() >> 20, 128},
 		{"memory (MiB)", sys.GetMemoryLimit() >> 20, 1024},
@@ -307,6 +310,7 @@ func TestLimitsTable(t *testing.T) {
 		lim := rcmgr.NewFixedLimiter(l.resourceLimits())
 		sys, tr, peerL := lim.GetSystemLimits(), lim.GetTransientLimits(), lim.GetPeerLimits("any")
 		call := lim.GetProtocolPeerLimits(plugins.ProtocolID)
+		allCalls := lim.GetProtocolLimits(plugins.ProtocolID)
 		for _, rule := range []struct {
 			what string
 			ok   bool
@@ -325,6 +329,9 @@ func TestLimitsTable(t *testing.T) {
 			// before libp2p resets a stream.
 			{"call streams per peer hold the flood the server refuses", call.GetStreamLimit(in) >= plugins.CallStreamsPerPeer && plugins.CallStreamsPerPeer >= 2*plugins.MaxCallsPerCaller},
 			{"a peer's streams hold its call streams and more", peerL.GetStreamLimit(in) > call.GetStreamLimit(in) && peerL.GetStreamLimit(out) > call.GetStreamLimit(out)},
+			// Calls never take every stream: a member's probe still
+			// gets through a flood of call streams.
+			{"the call protocol leaves streams to the others", allCalls.GetStreamLimit(in) < sys.GetStreamLimit(in) && allCalls.GetStreamLimit(out) < sys.GetStreamLimit(out)},
 			{"streams are negotiated within the transient budget", tr.GetStreamLimit(in) >= 4*peerL.GetStreamLimit(in)},
 			// yamux closes a connection whose stream it cannot reserve
 			// memory for: the stream counts must bind first.
@@ -444,4 +451,37 @@ func TestMuxerMeasuresRoundTripsRarelyAndSendsNoKeepalives(t *testing.T) {
 	if got != want {
 		t.Fatalf("muxer config %+v, want libp2p's but the round trips and keepalives: %+v", got, want)
 	}
+}
+
+// A node no trusted writer admitted gets a few call streams, reset as they
+// open and counted: it cannot hold the streams members need.
+func TestStrangerGetsFewCallStreams(t *testing.T) {
+	c := quietLoopbackConfig(t, "a")
+	c.Trusted = []string{identity(t, c).String()}
+	a := startNode(t, c)
+	_, ai := tcpListenAddr(t, a)
+	stranger := lightHost(t)
+	if err := connectWithin(stranger, ai, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const opened = 3 * plugins.StrangerCallStreams
+	var reset atomic.Int64
+	for range opened {
+		st, err := stranger.NewStream(context.Background(), a.ID(), plugins.ProtocolID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Reset() })
+		if _, err := st.Write([]byte{100}); err != nil { // a request's first byte, and no more
+			t.Fatal(err)
+		}
+		go func() {
+			if _, err := st.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
+				reset.Add(1)
+			}
+		}()
+	}
+	waitFor(t, "the stranger's streams past its share reset", func() bool {
+		return reset.Load() >= opened-plugins.StrangerCallStreams && a.rejected()["call_unauthorized"] == opened-plugins.StrangerCallStreams
+	})
 }

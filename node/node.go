@@ -310,6 +310,9 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 			rcmgr.MustRegisterWith(n.metrics.Registry())
 		}
 	}
+	// Strangers get a handful of call streams (plugins.StrangerCallStreams):
+	// they are refused every call anyway.
+	callOpts = append(callOpts, plugins.WithCounts(func(p peer.ID) bool { return n.rules().Counts(p) }))
 	n.calls = plugins.NewServer(n.host, n, n.log, callOpts...)
 	// As many streams kept for the next call as connections kept.
 	n.caller = plugins.NewCaller(n.host, cfg.ConnLow)

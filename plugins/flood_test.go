@@ -3,14 +3,17 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 )
@@ -159,5 +162,64 @@ func TestCallAtTheOutboundLimitSaysSo(t *testing.T) {
 	r := Call(context.Background(), caller, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo"})
 	if r.Code != CodeBusy || !strings.Contains(r.Error, "limit") || !strings.Contains(r.Error, "system") {
 		t.Errorf("a call past the outbound connection limit: %+v", r)
+	}
+}
+
+// Callers that do not count get a few call streams each and a few in
+// all, refused (reset, counted) as they open, not after the request
+// deadline: eight strangers with 256 streams each used to hold every
+// inbound stream a node allows, its members' probes and calls included.
+func TestStrangersGetFewCallStreams(t *testing.T) {
+	oldRead, oldAll := readTimeout, strangerStreamsAll
+	readTimeout, strangerStreamsAll = time.Minute, StrangerCallStreams+2 // held streams wait for the test's end
+	defer func() { readTimeout, strangerStreamsAll = oldRead, oldAll }()
+	callee, member, s1, s2 := callHost(t), callHost(t), callHost(t), callHost(t)
+	reg := Builtins(Env{})
+	echoIn, err := reg.Load("echo", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := &tableAuth{allowed: map[peer.ID]bool{member.ID(): true}, instances: map[string]*Instance{"echo": echoIn}}
+	srv := NewServer(callee, auth, slog.New(slog.DiscardHandler),
+		WithCounts(func(p peer.ID) bool { return p == member.ID() }))
+	srv.Start()
+	t.Cleanup(func() { srv.Close() })
+	for _, h := range []host.Host{member, s1, s2} {
+		if err := h.Connect(context.Background(), peer.AddrInfo{ID: callee.ID(), Addrs: callee.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// open opens n call streams from h, each sending the first byte of a
+	// request and no more, and counts those the callee resets.
+	open := func(h host.Host, n int, reset *atomic.Int64) {
+		for range n {
+			st, err := h.NewStream(context.Background(), callee.ID(), ProtocolID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Reset() })
+			if _, err := st.Write([]byte{100}); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				if _, err := st.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
+					reset.Add(1)
+				}
+			}()
+		}
+	}
+	var reset1, reset2 atomic.Int64
+	open(s1, 10, &reset1)
+	waitUntil(t, "the first stranger's streams past its share reset", func() bool { return reset1.Load() == 10-StrangerCallStreams })
+	open(s2, 4, &reset2) // all strangers' share has 2 left
+	waitUntil(t, "the second stranger's streams past all strangers' share reset", func() bool { return reset2.Load() == 2 })
+	if r := Call(context.Background(), member, callee.ID(), Request{Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)}); !r.OK {
+		t.Errorf("a member's call while strangers hold their streams: %+v", r)
+	}
+	if got := srv.Refused()[CodeUnauthorized]; got != 8 {
+		t.Errorf("counted %d stranger streams refused, want 8", got)
+	}
+	if reset1.Load() != 10-StrangerCallStreams || reset2.Load() != 2 {
+		t.Errorf("streams reset: %d and %d, want %d and 2", reset1.Load(), reset2.Load(), 10-StrangerCallStreams)
 	}
 }

@@ -64,6 +64,18 @@ const (
 	CallStreamsPerPeer = 4 * MaxCallsPerCaller
 )
 
+// A caller that does not count (WithCounts: a node no trusted writer
+// admitted) is refused every call, so it needs few streams; yet each one
+// it opens may wait readTimeout for its request. It gets at most
+// StrangerCallStreams at once, and all such callers together
+// strangerStreamsAll, checked when the stream opens: eight strangers with
+// CallStreamsPerPeer each used to hold every inbound stream the system
+// allows, members' probes and calls included.
+const StrangerCallStreams = 4
+
+// strangerStreamsAll is a variable for tests.
+var strangerStreamsAll = 128
+
 // AddLimits sets the call protocol's per-peer stream limits in cfg, the
 // resource manager's scaling configuration of a host built otherwise
 // (libp2p.New's is rcmgr.DefaultLimits).
@@ -90,8 +102,11 @@ type Server struct {
 	refused  map[Code]int64
 	inFlight map[peer.ID]int // remote calls by caller
 	idle     map[peer.ID]int // streams waiting for a caller's next call
+	strange  map[peer.ID]int // open streams of callers that do not count
+	nStrange int             // their sum
 
-	served ServedFunc // nil: nobody is told
+	served ServedFunc         // nil: nobody is told
+	counts func(peer.ID) bool // nil: every caller counts
 }
 
 // ServedFunc is told of every call a Server ran a plugin for: the plugin's
@@ -108,11 +123,17 @@ type ServerOption func(*Server)
 // WithServed reports every call the server ran to f (see ServedFunc).
 func WithServed(f ServedFunc) ServerOption { return func(s *Server) { s.served = f } }
 
+// WithCounts says which callers count (trusted or admitted): the others
+// get few streams (StrangerCallStreams). f is called as each stream opens,
+// from many goroutines; it must be safe for concurrent use and must not
+// block.
+func WithCounts(f func(peer.ID) bool) ServerOption { return func(s *Server) { s.counts = f } }
+
 // NewServer makes a server; Start registers it on the host.
 func NewServer(h host.Host, auth Authorizer, log *slog.Logger, opts ...ServerOption) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel,
-		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}, idle: map[peer.ID]int{}}
+		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}, idle: map[peer.ID]int{}, strange: map[peer.ID]int{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -163,6 +184,32 @@ func (s *Server) leave(caller peer.ID) {
 	}
 }
 
+// admitStream takes a stream slot for caller if it does not count, and
+// reports whether it may go on and whether it took a slot (to give back
+// with leaveStream).
+func (s *Server) admitStream(caller peer.ID) (ok, stranger bool) {
+	if s.counts == nil || s.counts(caller) {
+		return true, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.strange[caller] >= StrangerCallStreams || s.nStrange >= strangerStreamsAll {
+		return false, true
+	}
+	s.strange[caller]++
+	s.nStrange++
+	return true, true
+}
+
+func (s *Server) leaveStream(caller peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nStrange--
+	if s.strange[caller]--; s.strange[caller] <= 0 {
+		delete(s.strange, caller)
+	}
+}
+
 // Serve runs req for caller. The node calls it directly for calls to
 // itself, so they follow the same rules as remote ones.
 func (s *Server) Serve(ctx context.Context, caller peer.ID, req Request) Response {
@@ -205,6 +252,17 @@ func (s *Server) handle(st network.Stream) {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	caller := st.Conn().RemotePeer()
+	ok, stranger := s.admitStream(caller)
+	if !ok {
+		// Its calls would be refused anyway: unread, and counted as such.
+		s.count(CodeUnauthorized)
+		s.log.Debug("call stream refused: too many from callers that do not count", "caller", caller)
+		st.Reset()
+		return
+	}
+	if stranger {
+		defer s.leaveStream(caller)
+	}
 	// Closing the server ends the wait for a stream's next call.
 	stop := context.AfterFunc(s.ctx, func() { st.SetReadDeadline(time.Now()) })
 	defer stop()

@@ -248,17 +248,19 @@ func (p *Plugin) Call(ctx context.Context, method string, args json.RawMessage) 
 	}
 	// Whole milliseconds, rounded up: the plugin's deadline never comes
 	// before the caller's.
-	id, ch, err := proc.send(wire.MethodCall, wire.CallParams{Method: method, Args: args, TimeoutMS: max((timeout + time.Millisecond - 1).Milliseconds(), 1)}, true)
+	id, ch, err := proc.send(ctx, wire.MethodCall, wire.CallParams{Method: method, Args: args, TimeoutMS: max((timeout + time.Millisecond - 1).Milliseconds(), 1)}, true)
 	if err != nil {
-		return nil, fmt.Errorf("plugin %s: %w", p.file, err)
+		return nil, fmt.Errorf("plugin %s: %w", p.file, err) // ctx's error, if it ended first
 	}
 	r, err := proc.await(ctx, ch)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		proc.send(wire.MethodCancel, wire.CancelParams{ID: id}, false)
 		go func() {
+			// The cancel too waits no longer than the grace: a plugin that
+			// does not read it is killed with the rest.
 			grace, cancel := context.WithTimeout(context.Background(), p.cfg.KillGrace)
 			defer cancel()
+			proc.send(grace, wire.MethodCancel, wire.CancelParams{ID: id}, false)
 			if _, err := proc.await(grace, ch); err != nil && grace.Err() != nil {
 				p.cfg.Log.Warn("plugin did not answer a call past its deadline; killed", "plugin", p.file, "method", method, "grace", p.cfg.KillGrace)
 				proc.fail(fmt.Errorf("killed: call %d (%s) went %v past its deadline", id, method, p.cfg.KillGrace))
@@ -298,7 +300,7 @@ func (p *Plugin) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StopGrace)
 	defer cancel()
-	if _, ch, err := proc.send(wire.MethodShutdown, nil, true); err == nil {
+	if _, ch, err := proc.send(ctx, wire.MethodShutdown, nil, true); err == nil {
 		// Waiting for the answer reads stdout: a plugin blocked writing
 		// lines nobody read since the last call can then take it.
 		proc.await(ctx, ch)

@@ -100,7 +100,7 @@ func fakePlugin(name string) {
 		time.Sleep(time.Hour)
 	case "wrongname":
 		sdk.Main(sdk.Info{Name: "other", Version: "1", Kind: "processor"}, testMethods{})
-	case "answerexit", "closeout", "chatty":
+	case "answerexit", "closeout", "chatty", "deaf":
 		rawPlugin(name)
 	case "crashy": // crashes at start after its handshake, always
 		go func() { time.Sleep(20 * time.Millisecond); os.Exit(4) }()
@@ -114,7 +114,8 @@ func fakePlugin(name string) {
 // the first call without a newline and exits at once (answerexit), or
 // closes its stdout at the first call and lives on (closeout), or writes
 // 160 KB of lines that are not the protocol's and answers a shutdown
-// (chatty).
+// (chatty), or reads its first call and then nothing more, answering
+// nothing (deaf: one that handles a call at a time, busy or hung).
 func rawPlugin(name string) {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -132,6 +133,9 @@ func rawPlugin(name string) {
 		case name == "chatty" && req.Method == wire.MethodShutdown:
 			fmt.Printf(`{"jsonrpc":"2.0","id":%d,"result":null}`+"\n", req.ID)
 			os.Exit(0)
+		case name == "deaf":
+			fmt.Fprintln(os.Stderr, "took a call")
+			time.Sleep(time.Hour)
 		case name == "closeout":
 			os.Stdout.Close()
 			time.Sleep(time.Hour)
@@ -288,7 +292,7 @@ func TestAnswerBeforeExitIsKept(t *testing.T) {
 	}
 	waitFor(t, "the plugin to be started again", func() bool { return restarted(p, first) })
 	proc := p.current()
-	_, ch, err := proc.send(wire.MethodCall, wire.CallParams{Method: "echo", TimeoutMS: 1000}, true)
+	_, ch, err := proc.send(context.Background(), wire.MethodCall, wire.CallParams{Method: "echo", TimeoutMS: 1000}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,5 +487,101 @@ func TestGarbageAfterTheHandshake(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "not a JSON-RPC answer"); n < 1 || n > 3 {
 		t.Errorf("%d warnings for 500 bad lines, want one a second", n)
+	}
+}
+
+// A request the plugin does not read (it takes one call at a time and is
+// stuck in one; the request is bigger than its pipe holds) gives up at its
+// deadline and gets the plugin killed: it used to hold the call, the
+// other call's cancel behind it, and the plugin's unload, for good.
+func TestStuckWriteEndsAtTheDeadline(t *testing.T) {
+	log := &syncbuf.Buffer{}
+	cfg := testConfig(log)
+	cfg.KillGrace = time.Hour // only the stuck write may get it killed
+	p, err := Start(pluginPath(t, "deaf"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p.current()
+	t.Cleanup(func() { first.kill() })
+	errs := make(chan error, 2)
+	go func() { _, err := call(p, time.Second, "echo", `1`); errs <- err }()
+	waitFor(t, "the plugin to take the first call", func() bool { return strings.Contains(log.String(), "took a call") })
+	big := `"` + strings.Repeat("x", 256<<10) + `"` // four pipes' worth
+	bigErr := make(chan error, 1)
+	go func() { _, err := call(p, 300*time.Millisecond, "echo", big); bigErr <- err }()
+	var got []error
+	waitFor(t, "both calls to return", func() bool {
+		select {
+		case err := <-errs:
+			got = append(got, err)
+		case err := <-bigErr:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the call whose request was not read: %v, want its deadline", err)
+			}
+			got = append(got, err)
+		default:
+		}
+		return len(got) == 2
+	})
+	for _, err := range got {
+		if err == nil {
+			t.Errorf("a call to a plugin that reads nothing more was answered")
+		}
+	}
+	waitFor(t, "the deaf plugin to be killed and started again", func() bool { return restarted(p, first) })
+	if !strings.Contains(log.String(), "did not read its stdin") {
+		t.Errorf("the log does not say why it was killed:\n%s", log.String())
+	}
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	waitFor(t, "the plugin to close", func() bool {
+		select {
+		case <-closed:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// Unloading a plugin stuck on a request it does not read does not wait
+// for that request's deadline (a minute here).
+func TestCloseDoesNotWaitForAStuckWrite(t *testing.T) {
+	log := &syncbuf.Buffer{}
+	p, err := Start(pluginPath(t, "deaf"), testConfig(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p.current()
+	t.Cleanup(func() { first.kill() })
+	go call(p, time.Minute, "echo", `1`)
+	waitFor(t, "the plugin to take the first call", func() bool { return strings.Contains(log.String(), "took a call") })
+	done := make(chan error, 1)
+	go func() { _, err := call(p, time.Minute, "echo", `"`+strings.Repeat("x", 256<<10)+`"`); done <- err }()
+	// The plugin reads nothing more: the request holds stdin for good.
+	waitFor(t, "the big request to be written", func() bool { return len(first.wmu) == 1 })
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	var callErr error
+	ended := false
+	waitFor(t, "the plugin to close and the stuck call to end", func() bool {
+		select {
+		case callErr = <-done:
+			ended = true
+		default:
+		}
+		select {
+		case <-closed:
+			return ended
+		default:
+			return false
+		}
+	})
+	if callErr == nil {
+		t.Errorf("the stuck call was answered")
+	}
+	if cur := p.current(); cur != first {
+		t.Errorf("the plugin was started again after Close")
 	}
 }

@@ -2,6 +2,7 @@ package external
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,7 @@ type process struct {
 	// Both pipes are used with raw system calls: a plain read or write
 	// wakes Go's system monitor whenever the agent was idle between two
 	// calls (see rawpipe).
-	wmu   sync.Mutex // one line at a time to stdin
+	wmu   chan struct{} // capacity 1: held while writing a line to stdin
 	stdin *rawpipe.Pipe
 
 	// Answers are read by the calls that wait for them, one at a time:
@@ -117,7 +118,7 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		stdout.Close()
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: in,
+	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: in, wmu: make(chan struct{}, 1),
 		turn: make(chan struct{}, 1), stdout: stdout, br: bufio.NewReaderSize(out, 64<<10),
 		pending: map[int64]chan wire.Response{}, done: make(chan struct{})}
 	go func() {
@@ -404,8 +405,9 @@ func (p *process) exitErr() error {
 	return p.err
 }
 
-// send writes a request; with an id, the answer comes on the channel.
-func (p *process) send(method string, params any, wantAnswer bool) (int64, chan wire.Response, error) {
+// send writes a request, waiting no longer than ctx (see writeLine); with
+// an id, the answer comes on the channel.
+func (p *process) send(ctx context.Context, method string, params any, wantAnswer bool) (int64, chan wire.Response, error) {
 	req := wire.Request{Method: method, Params: params}
 	var ch chan wire.Response
 	p.mu.Lock()
@@ -421,14 +423,57 @@ func (p *process) send(method string, params any, wantAnswer bool) (int64, chan 
 		p.pending[id] = ch
 	}
 	p.mu.Unlock()
-	p.wmu.Lock()
-	_, err := p.stdin.Write(wire.EncodeRequest(req))
-	p.wmu.Unlock()
-	if err != nil {
+	if err := p.writeLine(ctx, wire.EncodeRequest(req)); err != nil {
 		p.forget(id)
 		return 0, nil, fmt.Errorf("writing to the plugin: %w", err)
 	}
 	return id, ch, nil
+}
+
+// writeLine writes one line to stdin, one writer at a time, for no longer
+// than ctx lasts. A plugin that stops reading (one that takes a call at a
+// time, busy or hung) fills its pipe (64 KiB), and a request may be 1 MiB:
+// an unbounded write held the call past its deadline, the cancel and the
+// shutdown behind it, and so the unload and the agent's stop. A line cut
+// short breaks the protocol: the process is killed (and restarted). A line
+// not begun has no consequence: the plugin's pipe is full of lines it did
+// not read, and the calls among them get it killed KillGrace after their
+// deadlines (a write that found the deadline passed says nothing of the
+// plugin).
+func (p *process) writeLine(ctx context.Context, b []byte) error {
+	select {
+	case p.wmu <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.wmu }()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f := p.stdin.File()
+	if dl, ok := ctx.Deadline(); ok {
+		f.SetWriteDeadline(dl)
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		f.SetWriteDeadline(time.Now())
+		close(fired)
+	})
+	n, err := p.stdin.Write(b)
+	if !stop() {
+		<-fired // its deadline must not fall on the next line
+	}
+	f.SetWriteDeadline(time.Time{})
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err // nil, or the process has ended or is being stopped
+	}
+	// Only ctx sets the deadline; its timer may lag the clock.
+	err = cmp.Or(ctx.Err(), context.DeadlineExceeded)
+	if n > 0 {
+		p.log.Warn("a plugin did not read its stdin; killed", "plugin", p.name, "written", n, "of", len(b))
+		p.fail(fmt.Errorf("killed: it did not read its stdin (%d of a %d-byte line written)", n, len(b)))
+	}
+	return err
 }
 
 func (p *process) forget(id int64) {
@@ -442,7 +487,7 @@ func (p *process) forget(id int64) {
 // roundTrip sends a request and waits for its answer, the process's end,
 // or ctx.
 func (p *process) roundTrip(ctx context.Context, method string, params any) (wire.Response, error) {
-	id, ch, err := p.send(method, params, true)
+	id, ch, err := p.send(ctx, method, params, true)
 	if err != nil {
 		return wire.Response{}, err
 	}

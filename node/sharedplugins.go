@@ -101,6 +101,10 @@ const fetchHeaderMax = 1024
 // peer): a binary can be 256 MiB, and members fetch it once each.
 const maxFetchServing = 4
 
+// fetchRequestWait bounds the wait for a fetch request (one short line,
+// written as the stream opens) and for writing a refusal.
+const fetchRequestWait = 5 * time.Second
+
 // sharedPath is where a shared plugin's binary is kept: named after the
 // plugin (its handshake says that name), in a dir named after its hash.
 func (n *Node) sharedPath(b *sharedBinary, name string) string {
@@ -313,24 +317,27 @@ func decodePluginFetchRequest(line []byte) (string, error) {
 	return req.SHA256, nil
 }
 
-// serveSharedPlugin answers a fetch from this node's shared store.
+// serveSharedPlugin answers a fetch from this node's shared store. Who
+// asks is checked first and the request read (a line) before a slot is
+// taken: four strangers that sent nothing used to hold every slot for the
+// transfer's minute.
 func (n *Node) serveSharedPlugin(s network.Stream) {
 	from := s.Conn().RemotePeer()
-	if n.replica.Penalised(from) || !n.sharing.serving.Acquire(from) {
-		n.sharing.busy.Add(1)
-		s.Reset() // the fetcher asks the next peer
-		return
-	}
-	defer n.sharing.serving.Release(from)
 	defer s.Close()
-	s.SetDeadline(time.Now().Add(time.Minute))
 	refuse := func(format string, args ...any) {
 		n.sharing.refused.Add(1)
 		b, _ := json.Marshal(map[string]string{"error": fmt.Sprintf(format, args...)})
+		s.SetWriteDeadline(time.Now().Add(fetchRequestWait))
 		s.Write(append(b, '\n'))
 	}
+	if rules := n.rules(); !rules.Open() && !rules.Counts(from) {
+		refuse("%s is %s here: shared plugins go to nodes that count", from, rules.Status(from))
+		return
+	}
+	s.SetReadDeadline(time.Now().Add(fetchRequestWait))
 	line, err := bufio.NewReader(io.LimitReader(s, 256)).ReadBytes('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
+		n.sharing.refused.Add(1)
 		s.Reset()
 		return
 	}
@@ -339,10 +346,13 @@ func (n *Node) serveSharedPlugin(s network.Stream) {
 		refuse("%v", err)
 		return
 	}
-	if rules := n.rules(); !rules.Open() && !rules.Counts(from) {
-		refuse("%s is %s here: shared plugins go to nodes that count", from, rules.Status(from))
+	if n.replica.Penalised(from) || !n.sharing.serving.Acquire(from) {
+		n.sharing.busy.Add(1)
+		s.Reset() // the fetcher asks the next peer
 		return
 	}
+	defer n.sharing.serving.Release(from)
+	s.SetDeadline(time.Now().Add(time.Minute))
 	dir := filepath.Join(n.pluginDir(), "shared", sum)
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {

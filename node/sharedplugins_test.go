@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 
@@ -155,5 +156,49 @@ func TestPluginFetchHeaderIsBounded(t *testing.T) {
 	bin := &sharedBinary{Version: "1", SHA256: strings.Repeat("ab", 32), Size: 10}
 	if err := admin.fetchFrom(stranger.ID(), "x", bin); err == nil || !strings.Contains(err.Error(), "buffer full") {
 		t.Fatalf("an endless first line: %v", err)
+	}
+}
+
+// Strangers that open fetch streams and send nothing take no fetch slot:
+// they are refused at once and counted, and a node that counts is served
+// meanwhile (four of them used to hold every slot for a minute).
+func TestStrangersHoldNoFetchSlot(t *testing.T) {
+	ctx := context.Background()
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	admin := startNode(t, ca)
+	cb := loopbackConfig(t, "b")
+	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
+	b := startNode(t, cb)
+	waitFor(t, "admin to know b", func() bool { return len(admin.nodeRecords()) == 2 })
+	if _, err := admin.Admit(ctx, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to count on admin", func() bool { return admin.rules().Counts(b.ID()) })
+	waitFor(t, "admin to serve fetches", func() bool {
+		return slices.Contains(admin.host.Mux().Protocols(), PluginFetchProtocol)
+	})
+	_, ai := tcpListenAddr(t, admin)
+	for range maxFetchServing {
+		h := lightHost(t)
+		if err := connectWithin(h, ai, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		st, err := h.NewStream(ctx, admin.ID(), PluginFetchProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Reset() })
+		if _, err := st.Write([]byte("{")); err != nil { // a request begun, never ended
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the strangers' fetches refused", func() bool { return admin.sharing.refused.Load() == maxFetchServing })
+	bin := &sharedBinary{Version: "1", SHA256: strings.Repeat("ab", 32), Size: 10}
+	if err := b.fetchFrom(admin.ID(), "x", bin); err == nil || !strings.Contains(err.Error(), "no plugin with sha256") {
+		t.Fatalf("a fetch from a node that counts, with strangers at the door: %v", err)
+	}
+	if busy := admin.sharing.busy.Load(); busy != 0 {
+		t.Errorf("%d fetches refused as busy", busy)
 	}
 }

@@ -107,10 +107,8 @@ func (n *Node) deliverJob(e *gossip.Signed, targets []string, publish bool) {
 func (n *Node) handJob(p peer.ID, e *gossip.Signed, taken func() (wait bool)) error {
 	ctx, cancel := context.WithTimeout(n.ctx, jobHandTimeout+jobAnswerWait)
 	defer cancel()
-	if !n.isConnected(p) {
-		defer n.releaseCallConn(p)
-		n.learnRecordAddrs(p)
-	}
+	n.learnRecordAddrs(p)
+	defer n.useCallConn(p)()
 	s, err := n.host.NewStream(ctx, p, JobProtocol)
 	if err != nil {
 		return err

@@ -149,8 +149,9 @@ type Node struct {
 	swim     swimState // the failure detector (swim.go)
 	badHello atomic.Int64
 	// callConnsClosed counts connections opened for a call and closed
-	// after it (releaseCallConn).
+	// after it (useCallConn).
 	callConnsClosed atomic.Int64
+	connUse         connUse // exchanges under way, by peer (connuse.go)
 	// callDialRetries counts calls made again after their dial timed out
 	// (plugins.FanOut).
 	callDialRetries atomic.Int64
@@ -220,6 +221,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n.jobs.listing = gossip.NewSlots(maxListServing, 1)
 	n.jobs.outputs = gossip.NewSlots(maxOutputServing, 1)
 	n.sharing.serving = gossip.NewSlots(maxFetchServing, 1)
+	n.connUse.peers = map[peer.ID]*connUsers{}
 	n.jobs.runner.MaxQueue = cfg.JobQueue
 	if n.collectFacts == nil {
 		n.collectFacts = policy.Collect

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
@@ -618,27 +617,23 @@ func (n *Node) callOne(ctx context.Context, t callTarget, req plugins.Request) p
 		}
 		return n.calls.Serve(ctx, n.host.ID(), req)
 	}
-	fresh := n.host.Network().Connectedness(t.id) != network.Connected
-	if fresh {
+	if !n.isConnected(t.id) {
 		n.learnAddrs(t.id, t.addrs)
 	}
-	resp := n.caller.Call(ctx, t.id, req)
-	if fresh {
-		n.releaseCallConn(t.id)
-	}
-	return resp
+	defer n.useCallConn(t.id)()
+	return n.caller.Call(ctx, t.id, req)
 }
 
-// releaseCallConn closes the connection a call opened to p, once the node
-// has ConnLow peers besides: a fan-out to 5,000 hosts then holds at most
-// CallParallel connections of its own at a time, instead of one per host
-// until the connection manager's one-minute grace period ends (which the
-// outbound connection limit would refuse first). A peer protected by
-// another part of the node (a --join peer) keeps its connection.
-func (n *Node) releaseCallConn(p peer.ID) {
-	if n.releaseConn(p, n.cfg.ConnLow) {
-		n.callConnsClosed.Add(1)
-	}
+// useCallConn registers a call (or a hand-off, a fetch) with p (see
+// useConn): a connection it opens is closed after it, once no other
+// exchange runs on it and the node has ConnLow peers besides. A fan-out
+// to 5,000 hosts then holds at most CallParallel connections of its own at
+// a time, instead of one per host until the connection manager's
+// one-minute grace period ends (which the outbound connection limit would
+// refuse first). A peer protected by another part of the node (a --join
+// peer) keeps its connection.
+func (n *Node) useCallConn(p peer.ID) (done func()) {
+	return n.useConn(p, false, n.cfg.ConnLow, &n.callConnsClosed)
 }
 
 // releaseConn closes the node's connections to p unless it holds no more

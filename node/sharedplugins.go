@@ -235,10 +235,8 @@ func (s *sharing) turn(sha string) int {
 func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
 	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 	defer cancel()
-	if !n.isConnected(p) {
-		defer n.releaseCallConn(p)
-		n.learnRecordAddrs(p)
-	}
+	n.learnRecordAddrs(p)
+	defer n.useCallConn(p)()
 	s, err := n.host.NewStream(ctx, p, PluginFetchProtocol)
 	if err != nil {
 		return err

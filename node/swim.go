@@ -345,12 +345,10 @@ func (n *Node) swimExchange(ctx context.Context, p peer.ID, f swim.Frame) (swim.
 			return n.swimKeptExchange(ctx, p, ks, f)
 		}
 	}
-	if reached || !n.isConnected(p) {
-		defer n.releaseConn(p, n.cfg.TargetPeers)
-		// A probe of a node this one never connected to has only its
-		// record's addresses (members count: see swimMember).
-		n.learnRecordAddrs(p)
-	}
+	// A probe of a node this one never connected to has only its
+	// record's addresses (members count: see swimMember).
+	n.learnRecordAddrs(p)
+	defer n.useConn(p, reached, n.cfg.TargetPeers, nil)()
 	s, err := n.host.NewStream(ctx, p, SwimProtocol)
 	if err != nil {
 		return swim.Message{}, err

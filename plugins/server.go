@@ -184,6 +184,13 @@ func (s *Server) leave(caller peer.ID) {
 	}
 }
 
+// InFlight is how many of caller's calls run or wait here now.
+func (s *Server) InFlight(caller peer.ID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight[caller]
+}
+
 // admitStream takes a stream slot for caller if it does not count, and
 // reports whether it may go on and whether it took a slot (to give back
 // with leaveStream).

@@ -312,14 +312,7 @@ func FanOut[T any](ctx context.Context, targets []T, parallel int, call func(con
 			defer wg.Done()
 			resp := call(ctx, t)
 			<-sem
-			for try := 1; resp.dialTimedOut && pause(ctx, backoff.Wait(try, dialRetryFirst, dialRetryMax, rand.Float64())); try++ {
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-				}
-				if ctx.Err() != nil {
-					break
-				}
+			for try := 1; resp.dialTimedOut && pause(ctx, backoff.Wait(try, dialRetryFirst, dialRetryMax, rand.Float64())) && retake(ctx, sem); try++ {
 				agains.Add(1)
 				resp = call(again1, t)
 				<-sem
@@ -331,6 +324,23 @@ func FanOut[T any](ctx context.Context, targets []T, parallel int, call func(con
 	}
 	wg.Wait()
 	return int(agains.Load())
+}
+
+// retake takes a slot of sem for a call made again, and reports whether
+// it did before ctx ended. A slot taken just as ctx ends (select picks
+// either when both are ready) is given back: kept, every slot could leak
+// while targets remain, and FanOut would wait for one for good.
+func retake(ctx context.Context, sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	if ctx.Err() != nil {
+		<-sem
+		return false
+	}
+	return true
 }
 
 // pause waits d, and reports whether ctx still lasts after it.

@@ -337,3 +337,24 @@ func shortRetries() func() {
 }
 
 func port(ln net.Listener) string { return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port) }
+
+// A slot a call made again takes just as its context ends is given back:
+// select picks either case when both are ready, and each slot kept could
+// leave FanOut waiting for one for good. Half of the tries here, with the
+// slot free and the context over, pick the slot.
+func TestRetakeGivesBackASlotAsTheContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sem := make(chan struct{}, 1)
+	for i := range 200 {
+		if retake(ctx, sem) {
+			t.Fatalf("try %d: a slot taken after the context ended", i)
+		}
+		if len(sem) != 0 {
+			t.Fatalf("try %d: the slot was kept", i)
+		}
+	}
+	if !retake(context.Background(), sem) || len(sem) != 1 {
+		t.Fatal("a slot free and a context that lasts: not taken")
+	}
+}

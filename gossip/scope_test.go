@@ -207,6 +207,7 @@ func TestSharedPullFromAnEarlierVersion(t *testing.T) {
 	w, old := directPair(t, false, func(h host.Host) {
 		h.RemoveStreamHandler(SyncSharedProtocol) // as an agent of an earlier version
 	})
+	old.r.cfg.Counts = func(peer.ID) bool { return true } // an earlier version serves anyone
 	h := old.h
 	ack := "jobs/j/acks/" + h.ID().String()
 	if _, err := old.r.PutQuiet(context.Background(), ack, []byte(`{"state":"done"}`)); err != nil {
@@ -254,4 +255,41 @@ func directPair(t *testing.T, firstWrites bool, change func(host.Host)) (first, 
 		t.Fatal(err)
 	}
 	return first, second
+}
+
+// A peer that does not count gets no direct entry from a node, whatever it
+// asks: a pull in scope Full is answered in Shared, and a want of a direct
+// key as one not held (job acks carry the head of a job's output). A peer
+// that counts gets it.
+func TestDirectEntriesOnlyForPeersThatCount(t *testing.T) {
+	w, other := directPair(t, true, nil) // w the trusted writer; other counts for nothing
+	ctx := context.Background()
+	ack := "jobs/j/acks/" + w.h.ID().String()
+	if _, err := w.r.PutQuiet(ctx, ack, []byte(`{"state":"done","output_head":"secret"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// The two replicas also pull from each other in the background: such
+	// a pull may hold a slot, and a refused one is a reset; try again.
+	retry := func(f func() (SyncStats, error)) (st SyncStats, err error) {
+		for range 50 {
+			if st, err = f(); err == nil || !errors.Is(err, network.ErrReset) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return
+	}
+	if _, err := retry(func() (SyncStats, error) { return other.r.SyncScoped(ctx, w.h.ID(), Full) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retry(func() (SyncStats, error) { return other.r.FetchKeys(ctx, w.h.ID(), ack) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := other.r.Get(ack); ok {
+		t.Fatal("a peer that does not count got a direct entry")
+	}
+	w.r.cfg.Counts = func(peer.ID) bool { return true } // other admitted
+	if st, err := retry(func() (SyncStats, error) { return other.r.FetchKeys(ctx, w.h.ID(), ack) }); err != nil || st.Applied != 1 {
+		t.Fatalf("a peer that counts: %+v %v, want the ack", st, err)
+	}
 }

@@ -101,7 +101,7 @@ func (s *State) StartPull(sc Scope) SyncRequest {
 func (s *State) Respond(req SyncRequest, budget int, sc Scope) SyncResponse {
 	var resp SyncResponse
 	resp.Nodes, _, _ = s.replyNodes(req.Probes, sc, 0, respondNodeBudget)
-	resp.Served, resp.Entries, _ = s.serveWants(req.Want, 0, budget)
+	resp.Served, resp.Entries, _ = s.serveWants(req.Want, 0, budget, true)
 	return resp
 }
 
@@ -153,10 +153,14 @@ func replySize(r NodeReply) int {
 // serveWants serves wants in order, with used bytes of entries already
 // in the response, until an entry would pass budget (the first always
 // goes): it returns how many it served, their entries, and the bytes of
-// entries now used.
-func (s *State) serveWants(wants []uint64, used, budget int) (served int, entries [][]byte, usedNow int) {
+// entries now used. Unless direct, a want of a direct entry is answered
+// as one not held.
+func (s *State) serveWants(wants []uint64, used, budget int, direct bool) (served int, entries [][]byte, usedNow int) {
 	for _, kh := range wants {
 		e, ok := s.byKeyHash(kh)
+		if ok && !direct && s.isDirect != nil && s.isDirect(e.Key) {
+			ok = false // answered as not held
+		}
 		if ok && used > 0 && used+len(e.Raw) > budget {
 			break
 		}

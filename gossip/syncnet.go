@@ -127,6 +127,13 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 		return
 	}
 	counts := r.counts(p)
+	if !counts {
+		// The direct entries (job acks: their output heads) are for
+		// the nodes that count: a peer that does not is answered in
+		// scope Shared whatever it asks, and its wants of direct
+		// entries as not held.
+		sc = Shared
+	}
 	if !r.serving.AcquireFor(p, counts) {
 		r.counters.syncBusy.Add(1)
 		r.log.Debug("sync: refused a pull, too many served at once", "peer", p)
@@ -163,7 +170,7 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 			r.refuseSync(s, "serve", err)
 			return
 		}
-		resp := r.respond(req, sc)
+		resp := r.respond(req, sc, counts)
 		if err := WriteMsg(s, EncodeResponse(resp)); err != nil {
 			s.Reset()
 			return
@@ -182,8 +189,9 @@ const respondChunk = 512
 // one hold of the lock such a walk, 57 ms at 50,000 keys, held up every
 // Get, write and applied entry. Between chunks the state may change:
 // each reply is of the state at its time, and the puller's next round
-// compares again.
-func (r *Replica) respond(req SyncRequest, sc Scope) SyncResponse {
+// compares again. Unless direct (the puller counts), direct entries are
+// not served.
+func (r *Replica) respond(req SyncRequest, sc Scope, direct bool) SyncResponse {
 	var resp SyncResponse
 	size := 0
 	for i := 0; i < len(req.Probes); i += respondChunk {
@@ -200,7 +208,7 @@ func (r *Replica) respond(req SyncRequest, sc Scope) SyncResponse {
 	for i := 0; i < len(req.Want); i += respondChunk {
 		chunk := req.Want[i:min(i+respondChunk, len(req.Want))]
 		r.mu.Lock()
-		served, entries, usedNow := r.state.serveWants(chunk, used, respondBudget)
+		served, entries, usedNow := r.state.serveWants(chunk, used, respondBudget, direct)
 		r.mu.Unlock()
 		resp.Served, resp.Entries, used = resp.Served+served, append(resp.Entries, entries...), usedNow
 		if served < len(chunk) {

@@ -943,7 +943,7 @@ func TestRespondInChunks(t *testing.T) {
 		{},
 	} {
 		want := n.r.state.Respond(req, respondBudget, Full)
-		got := n.r.respond(req, Full)
+		got := n.r.respond(req, Full, true)
 		if len(want.Nodes) == 0 && len(req.Probes) > 0 {
 			t.Fatal("no node replies: the test's state is wrong")
 		}

@@ -121,7 +121,8 @@ type Replica struct {
 	// sharedWaits counts pulls that waited, at their end, for entries
 	// other pulls were fetching (awaitShared).
 	sharedWaits atomic.Int64
-	fetching    fetching // what pulls are fetching now (guarded by mu)
+	fetching    fetching        // what pulls are fetching now (guarded by mu)
+	refused     refusedVersions // versions pulls refused lately (guarded by mu)
 	pullIDs     atomic.Uint64
 	// meshSince is when the first peer joined the topic (UnixNano; 0
 	// before): relayFresh waits for this node's mesh to form.

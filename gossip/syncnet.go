@@ -48,6 +48,9 @@ type SyncStats struct {
 	// Shared counts entries this pull did not ask for because another
 	// pull of this replica was fetching the same version (see fetching).
 	Shared int
+	// Skipped counts entries this pull did not ask for because a pull
+	// refused that very version lately (see refusedVersions).
+	Skipped int
 }
 
 // SyncTotals adds up this replica's pulls since it started: how many were
@@ -56,7 +59,7 @@ type SyncStats struct {
 type SyncTotals struct {
 	Pulls, Failed                        int64
 	Rounds, Sent, Recv, Fetched, Applied int64
-	Shared                               int64
+	Shared, Skipped                      int64
 	// Relayed counts pulled entries passed on by pubsub (relayFresh).
 	Relayed int64
 }
@@ -81,6 +84,7 @@ func (s *syncTotals) add(st SyncStats, err error) {
 	s.t.Fetched += int64(st.Fetched)
 	s.t.Applied += int64(st.Applied)
 	s.t.Shared += int64(st.Shared)
+	s.t.Skipped += int64(st.Skipped)
 }
 
 // SyncTotals returns the totals of this replica's pulls. Safe for
@@ -423,6 +427,10 @@ func (r *Replica) pullRound(s network.Stream, br *bufio.Reader, req SyncRequest,
 	now := r.now()
 	r.mu.Lock()
 	next, done = r.state.NextPull(req, resp, pl.scope, func(it ItemSummary) bool {
+		if r.refused.has(it, now) {
+			st.Skipped++ // refused lately: not asked for again
+			return false
+		}
 		if !r.fetching.claim(pl.id, it, now) {
 			st.Shared++
 			pl.shared = append(pl.shared, it)
@@ -475,6 +483,9 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 			if st.Disagreed < maxDisagreements {
 				st.Disagreed++
 				r.counters.reject(err)
+				r.mu.Lock()
+				r.refused.add(keyHash(e.Key), versionHash(e), now)
+				r.mu.Unlock()
 				continue
 			}
 			refused = fmt.Errorf("%w after %d: %w", errDisagreed, st.Disagreed, err)

@@ -953,3 +953,59 @@ func TestRespondInChunks(t *testing.T) {
 		}
 	}
 }
+
+// A peer holding more entries this node refuses for an honest reason than
+// one pull skips (a revoked node's memberships, taken while it was
+// admitted) does not keep the rest from this node: a pull remembers the
+// versions it refused and later pulls do not ask for them again, so each
+// pull gets further and the next ones get everything else. Without that,
+// every pull ended at the 65th refusal, at the same place.
+func TestRefusedVersionsDoNotBlockPulls(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	w, revoked := newAuthor(t, rng), newAuthor(t, rng)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{w.id}})
+	m := &testNet{mn: n.mn, trust: []peer.ID{w.id}}
+	h, err := n.mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.start(t, h)
+	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
+		t.Fatal(err)
+	}
+	m.r.cfg.Counts = func(p peer.ID) bool { return p == w.id } // revoked counts no more
+	now := n.clock.now()
+	var es []*Signed
+	for i := range 200 {
+		es = append(es, revoked.write(t, now, fmt.Sprintf("tribes/t%d/members/%s/policy", i, revoked.id), "{}", false))
+	}
+	var keys []string
+	for i := range 300 {
+		e := w.write(t, now, fmt.Sprintf("tribes/w%d", i), "{}", false)
+		es = append(es, e)
+		keys = append(keys, e.Key)
+	}
+	n.r.applyRemote(es) // n took them while the author counted
+	missing := func() int {
+		k := 0
+		for _, key := range keys {
+			if _, ok := m.r.Get(key); !ok {
+				k++
+			}
+		}
+		return k
+	}
+	for i := 0; i < 8 && missing() > 0; i++ {
+		m.r.SyncWith(context.Background(), n.h.ID()) // ends with errDisagreed while it meets 65 refusals
+	}
+	if k := missing(); k > 0 {
+		t.Fatalf("%d of %d trusted entries never pulled", k, len(keys))
+	}
+	st, err := m.r.SyncWith(context.Background(), n.h.ID())
+	if err != nil || st.Fetched != 0 || st.Skipped != 200 {
+		t.Fatalf("a pull once all is here: %+v %v, want nothing fetched and the 200 refused skipped", st, err)
+	}
+}

@@ -1,0 +1,51 @@
+package gossip
+
+import "time"
+
+// refusedVersions remembers, for a while, the versions of keys that pulls
+// fetched and this node refused for a reason an honest peer can have
+// (disagreement): a revoked node's memberships, a pending node's entries
+// stored before this node refused them, a key kind of a newer version.
+// Honest peers keep holding them, so every digest comparison finds them
+// again; without this memory each pull fetched and refused the same ones,
+// and once more than maxDisagreements came first in a pull's order, every
+// pull from every peer ended there and nothing after them was ever
+// pulled. A version is remembered for refusedFor (its author may be
+// admitted meanwhile, a trust list rolled out), at most maxRefused of
+// them (past that the memory is emptied: it costs pulls only the work
+// they did before it). Guarded by the replica's mu.
+type refusedVersions struct {
+	m map[uint64]refusal // by key hash
+}
+
+type refusal struct {
+	vhash uint64
+	at    time.Time
+}
+
+const (
+	refusedFor = 10 * time.Minute
+	maxRefused = 1 << 16
+)
+
+// add remembers that the version vhash of the key hashed kh was refused
+// at now.
+func (r *refusedVersions) add(kh, vhash uint64, now time.Time) {
+	if r.m == nil || len(r.m) >= maxRefused {
+		r.m = map[uint64]refusal{}
+	}
+	r.m[kh] = refusal{vhash: vhash, at: now}
+}
+
+// has reports whether it was refused less than refusedFor before now.
+func (r *refusedVersions) has(it ItemSummary, now time.Time) bool {
+	f, ok := r.m[it.KeyHash]
+	if !ok {
+		return false
+	}
+	if f.vhash != it.VersionHash || now.Sub(f.at) >= refusedFor {
+		delete(r.m, it.KeyHash)
+		return false
+	}
+	return true
+}

@@ -631,6 +631,16 @@ func (r *Replica) checkCounts(t Trust, e *Signed) error {
 	return fmt.Errorf("%w: %s by %s", ErrNotAdmitted, e.Key, e.Author)
 }
 
+// ForgetRefusals forgets the versions pulls refused lately (see
+// refusedVersions), so the next pulls ask for them again: the node calls
+// it when who counts changes (an admission), as an entry refused before
+// may be taken now.
+func (r *Replica) ForgetRefusals() {
+	r.mu.Lock()
+	r.refused = refusedVersions{}
+	r.mu.Unlock()
+}
+
 // SetTrust replaces the trust list while the replica runs (tribe reload):
 // the state is loaded again from the store under the new list, as at
 // start, so entries of writers no longer trusted stop counting and stored
@@ -672,6 +682,7 @@ func (r *Replica) SetTrust(t Trust) (changed int, err error) {
 	}
 	slices.SortFunc(changes, func(a, b *Change) int { return strings.Compare(a.Key, b.Key) })
 	r.state = st
+	r.refused = refusedVersions{}
 	r.trust.Store(&t)
 	r.mu.Unlock()
 	r.penalties.forgive()

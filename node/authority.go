@@ -62,6 +62,7 @@ func (n *Node) initAuthority() {
 	self := authority.AdmittedPrefix + n.host.ID().String()
 	n.replica.Watch(authority.AdmittedPrefix, func(c gossip.Change) {
 		n.applyAdmission(c.Key, c.New)
+		n.replica.ForgetRefusals() // what the node refused may count now
 		if c.Key == self && n.rules().Counts(n.host.ID()) {
 			n.spawn(n.announceOwn)
 		}
@@ -82,13 +83,17 @@ func (n *Node) initAuthority() {
 	}
 }
 
-// announceOwn publishes this node's policy memberships again, once it is
-// admitted: other nodes refused them while it was pending.
+// announceOwn writes this node's policy memberships again, once it is
+// admitted: other nodes refused them while it was pending. A new version
+// each, as pubsub would drop the very message it carried before (its
+// peers saw it, and refused it, in the last minutes).
 func (n *Node) announceOwn() {
 	suffix := "/members/" + n.host.ID().String() + "/policy"
 	for _, e := range n.replica.Prefix(tribesPrefix) {
-		if strings.HasSuffix(e.Key, suffix) {
-			n.replica.Announce(n.ctx, e)
+		if strings.HasSuffix(e.Key, suffix) && e.Author == n.host.ID() {
+			if _, err := n.replica.Put(n.ctx, e.Key, e.Value); err != nil && n.ctx.Err() == nil {
+				n.log.Warn("writing a membership again once admitted", "key", e.Key, "err", err)
+			}
 		}
 	}
 }

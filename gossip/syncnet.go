@@ -608,6 +608,12 @@ func (r *Replica) refuseSync(s network.Stream, side string, err error) {
 		msg = "sync: peer broke the protocol; neither pulling from it nor serving it for the cool-down"
 		args = append(args, "cooldown", SyncCooldown)
 	}
+	r.warnLimited(p, msg, args)
+}
+
+// warnLimited logs a warning about p's sync or push streams, at most one
+// per peer every warnEvery: the next one says how many were held back.
+func (r *Replica) warnLimited(p peer.ID, msg string, args []any) {
 	ok, held := r.warns.allow(p, r.now(), warnEvery)
 	if !ok {
 		r.counters.syncWarningsSuppressed.Add(1)
@@ -645,15 +651,7 @@ func (r *Replica) stalled(s network.Stream, what string, counts bool, err error)
 		msg = what + ": a peer that does not count stalled a stream; neither pulling from it nor serving it for the cool-down"
 		args = append(args, "cooldown", stallCooldown)
 	}
-	ok, held := r.warns.allow(p, r.now(), warnEvery)
-	if !ok {
-		r.counters.syncWarningsSuppressed.Add(1)
-		return
-	}
-	if held > 0 {
-		args = append(args, "suppressed", held)
-	}
-	r.log.Warn(msg, args...)
+	r.warnLimited(p, msg, args)
 }
 
 // onTopicJoin pulls from each peer as it joins the state topic, and

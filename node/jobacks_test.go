@@ -156,15 +156,7 @@ func trustedFleet(t *testing.T, names ...string) (a *Node, others map[string]*No
 // writer was down) asks the target for it by itself, within
 // ackFetchEvery.
 func TestWriterAsksForAMissedAck(t *testing.T) {
-	ctx := context.Background()
-	a, nodes := trustedFleet(t, "b")
-	b := nodes["b"]
-	jobTribe(t, a, "t", "echo", []*Node{b})
-	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	a, b, j := jobDoneOnB(t)
 	if err := a.replica.Forget(ackKey(j.ID, b.ID())); err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +175,21 @@ func TestWriterAsksForAMissedAck(t *testing.T) {
 
 // trustedJobDone is a trusted fleet (trustedFleet) of a, b, c and d, and
 // a job a wrote to tribe t of b and c (echo loaded), done on a.
+// jobDoneOnB is a trusted writer a, an admitted b, and a job of a's to
+// tribe t of b alone, done.
+func jobDoneOnB(t *testing.T) (a, b *Node, j api.Job) {
+	t.Helper()
+	a, nodes := trustedFleet(t, "b")
+	b = nodes["b"]
+	jobTribe(t, a, "t", "echo", []*Node{b})
+	j, err := a.SubmitJob(context.Background(), api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job done on the writer", func() bool { return jobState(t, a, j.ID).State == "done" })
+	return a, b, j
+}
+
 func trustedJobDone(t *testing.T) (a, b, c, d *Node, j api.Job) {
 	t.Helper()
 	a, nodes := trustedFleet(t, "b", "c", "d")
@@ -286,14 +293,7 @@ func TestWriterAsksATargetKnownLater(t *testing.T) {
 // kept it pending, and the writer held every ack the stranger wrote).
 func TestAckFromANonTargetRefused(t *testing.T) {
 	ctx := context.Background()
-	a, nodes := trustedFleet(t, "b")
-	b := nodes["b"]
-	jobTribe(t, a, "t", "echo", []*Node{b})
-	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "done", func() bool { return jobState(t, a, j.ID).State == "done" })
+	a, _, j := jobDoneOnB(t)
 	sc := loopbackConfig(t, "stranger")
 	sc.Trusted, sc.Join, sc.SyncInterval = a.cfg.Trusted, []string{tcpAddr(a)}, time.Hour
 	s := startNode(t, sc)

@@ -17,11 +17,7 @@ import (
 // hosts does not hold a connection to each; one it was connected to stays.
 func TestCallClosesTheConnectionItOpened(t *testing.T) {
 	ctx := context.Background()
-	cfg := func(name string, join ...string) Config {
-		c := loopbackConfig(t, name)
-		c.DHT, c.ConnLow, c.Join = false, 1, join // only the joins: a and c never meet by themselves
-		return c
-	}
+	cfg := func(name string, join ...string) Config { return joinsOnly(t, name, join...) }
 	b := startNode(t, cfg("b"))
 	a := startNode(t, cfg("a", tcpAddr(b)))
 	c := startNode(t, cfg("c", tcpAddr(b)))
@@ -91,16 +87,21 @@ func within[T any](t *testing.T, what string, ch <-chan T) T {
 	}
 }
 
+// joinsOnly is a loopback config that meets only its joins (no DHT) and
+// keeps one peer besides those it calls (ConnLow 1): a and c, both
+// joining b, never meet by themselves.
+func joinsOnly(t *testing.T, name string, join ...string) Config {
+	c := loopbackConfig(t, name)
+	c.DHT, c.ConnLow, c.Join = false, 1, join
+	return c
+}
+
 // Two overlapping calls to a node share the connection the first opened:
 // it is closed when the last ends, not under the other (which the callee
 // then answered gone).
 func TestOverlappingCallsKeepTheConnectionOneOpened(t *testing.T) {
 	ctx := context.Background()
-	cfg := func(name string, join ...string) Config {
-		c := loopbackConfig(t, name)
-		c.DHT, c.ConnLow, c.Join = false, 1, join // only the joins: a and c never meet by themselves
-		return c
-	}
+	cfg := func(name string, join ...string) Config { return joinsOnly(t, name, join...) }
 	b := startNode(t, cfg("b"))
 	a := startNode(t, cfg("a", tcpAddr(b)))
 	tp := &tokenPlugin{started: make(chan struct{}, 2), tokens: make(chan struct{})}

@@ -585,3 +585,36 @@ func TestCloseDoesNotWaitForAStuckWrite(t *testing.T) {
 		t.Errorf("the plugin was started again after Close")
 	}
 }
+
+// A plugin whose file is still open for writing somewhere (a child that
+// this process forked just as the file was installed holds it until it
+// execs) is refused "text file busy" by the kernel for a moment: the start
+// is tried again, and the plugin starts once the file is closed.
+func TestStartWaitsOutATextFileBusy(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "echo")
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(path, os.O_WRONLY, 0) // as a forked child holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(30*time.Millisecond, func() { w.Close() })
+	log := &syncbuf.Buffer{}
+	p, err := Start(path, testConfig(log))
+	if err != nil {
+		t.Fatalf("start while the file was open for writing a moment: %v", err)
+	}
+	defer p.Close()
+	if got, err := call(p, time.Second, "echo", `"x"`); err != nil || string(got) != `"x"` {
+		t.Fatalf("echo: %s %v", got, err)
+	}
+}

@@ -82,11 +82,12 @@ func pluginEnv(name string) []string {
 // errExited is the error of a call the process did not answer.
 var errExited = errors.New("the plugin exited")
 
+// textBusyTries bounds the starts of a plugin refused as "text file
+// busy": 10, 20, 40 and 80 ms apart.
+const textBusyTries = 5
+
 // startProcess runs the executable at path.
 func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, error) {
-	cmd := exec.Command(path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = pluginEnv(name)
 	// Our own pipes for stdin and stdout, not StdinPipe and StdoutPipe:
 	// both are used with raw system calls (rawpipe), and stdout is read
 	// by the calls, so Wait must not close it under them.
@@ -100,10 +101,24 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		stdin.Close()
 		return nil, err
 	}
-	cmd.Stdin, cmd.Stdout = stdinR, stdoutW
-	stderr, err := cmd.StderrPipe()
-	if err == nil {
-		err = cmd.Start()
+	var cmd *exec.Cmd
+	var stderr io.ReadCloser
+	for attempt := 0; ; attempt++ {
+		cmd = exec.Command(path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Env = pluginEnv(name)
+		cmd.Stdin, cmd.Stdout = stdinR, stdoutW
+		if stderr, err = cmd.StderrPipe(); err == nil {
+			err = cmd.Start()
+		}
+		// "text file busy": a child this process forked elsewhere (an
+		// exec command, another plugin) just as the file was written
+		// (a shared plugin installed a moment ago) holds it open for
+		// writing until that child execs (golang/go#22315). It passes.
+		if !errors.Is(err, syscall.ETXTBSY) || attempt == textBusyTries-1 {
+			break
+		}
+		time.Sleep(time.Duration(10<<attempt) * time.Millisecond)
 	}
 	stdinR.Close() // the child's ends
 	stdoutW.Close()

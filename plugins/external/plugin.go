@@ -103,6 +103,7 @@ func (p *Plugin) launch() (*process, wire.Info, error) {
 	if err != nil {
 		return nil, wire.Info{}, err
 	}
+	proc.grace = p.cfg.KillGrace
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.HandshakeTimeout)
 	defer cancel()
 	info, err := proc.handshake(ctx, p.file)

@@ -100,7 +100,7 @@ func fakePlugin(name string) {
 		time.Sleep(time.Hour)
 	case "wrongname":
 		sdk.Main(sdk.Info{Name: "other", Version: "1", Kind: "processor"}, testMethods{})
-	case "answerexit", "closeout", "chatty", "deaf":
+	case "answerexit", "closeout", "chatty", "deaf", "serial":
 		rawPlugin(name)
 	case "crashy": // crashes at start after its handshake, always
 		go func() { time.Sleep(20 * time.Millisecond); os.Exit(4) }()
@@ -115,9 +115,12 @@ func fakePlugin(name string) {
 // closes its stdout at the first call and lives on (closeout), or writes
 // 160 KB of lines that are not the protocol's and answers a shutdown
 // (chatty), or reads its first call and then nothing more, answering
-// nothing (deaf: one that handles a call at a time, busy or hung).
+// nothing (deaf: one that handles a call at a time, busy or hung), or
+// answers each call half a second after it read it, reading nothing
+// meanwhile (serial: one at a time, and healthy).
 func rawPlugin(name string) {
 	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 64<<10), 2<<20)
 	for sc.Scan() {
 		var req struct {
 			ID     int64  `json:"id"`
@@ -136,6 +139,10 @@ func rawPlugin(name string) {
 		case name == "deaf":
 			fmt.Fprintln(os.Stderr, "took a call")
 			time.Sleep(time.Hour)
+		case name == "serial":
+			fmt.Fprintln(os.Stderr, "took a call")
+			time.Sleep(500 * time.Millisecond)
+			fmt.Printf(`{"jsonrpc":"2.0","id":%d,"result":"done"}`+"\n", req.ID)
 		case name == "closeout":
 			os.Stdout.Close()
 			time.Sleep(time.Hour)
@@ -492,12 +499,15 @@ func TestGarbageAfterTheHandshake(t *testing.T) {
 
 // A request the plugin does not read (it takes one call at a time and is
 // stuck in one; the request is bigger than its pipe holds) gives up at its
-// deadline and gets the plugin killed: it used to hold the call, the
-// other call's cancel behind it, and the plugin's unload, for good.
+// deadline and, still not written whole KillGrace later, gets the plugin
+// killed: it used to hold the call, the other call's cancel behind it, and
+// the plugin's unload, for good.
 func TestStuckWriteEndsAtTheDeadline(t *testing.T) {
 	log := &syncbuf.Buffer{}
 	cfg := testConfig(log)
-	cfg.KillGrace = time.Hour // only the stuck write may get it killed
+	// The stuck write's deadline and grace end (0.6 s) before the first
+	// call's (1.3 s): it is the write that gets the plugin killed.
+	cfg.KillGrace = 300 * time.Millisecond
 	p, err := Start(pluginPath(t, "deaf"), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -543,6 +553,41 @@ func TestStuckWriteEndsAtTheDeadline(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// A plugin that takes one call at a time, busy in a healthy one when a
+// request bigger than its pipe comes, is not killed when that request's
+// deadline cuts the write short: the rest is written once it reads again,
+// within KillGrace, and the call it was busy in is answered.
+func TestSerialPluginNotKilledForALateRead(t *testing.T) {
+	log := &syncbuf.Buffer{}
+	cfg := testConfig(log)
+	cfg.KillGrace = 2 * time.Second
+	p, err := Start(pluginPath(t, "serial"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	first := p.current()
+	answer := make(chan error, 1)
+	go func() {
+		got, err := call(p, 5*time.Second, "echo", `1`)
+		if err == nil && string(got) != `"done"` {
+			err = fmt.Errorf("answered %s", got)
+		}
+		answer <- err
+	}()
+	waitFor(t, "the plugin to take the first call", func() bool { return strings.Contains(log.String(), "took a call") })
+	big := `"` + strings.Repeat("x", 256<<10) + `"` // four pipes' worth
+	if _, err := call(p, 100*time.Millisecond, "echo", big); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the call whose request waited: %v, want its deadline", err)
+	}
+	if err := <-answer; err != nil {
+		t.Fatalf("the call the plugin was busy in: %v", err)
+	}
+	if p.current() != first || strings.Contains(log.String(), "did not read its stdin") {
+		t.Fatalf("the plugin was killed:\n%s", log.String())
+	}
 }
 
 // Unloading a plugin stuck on a request it does not read does not wait

@@ -32,6 +32,9 @@ type process struct {
 	// calls (see rawpipe).
 	wmu   chan struct{} // capacity 1: held while writing a line to stdin
 	stdin *rawpipe.Pipe
+	// grace is how long a line cut short at its deadline may take to be
+	// written whole before the plugin is killed (Config.KillGrace).
+	grace time.Duration
 
 	// Answers are read by the calls that wait for them, one at a time:
 	// the one holding turn reads stdout until its own answer has come,
@@ -450,8 +453,10 @@ func (p *process) send(ctx context.Context, method string, params any, wantAnswe
 // time, busy or hung) fills its pipe (64 KiB), and a request may be 1 MiB:
 // an unbounded write held the call past its deadline, the cancel and the
 // shutdown behind it, and so the unload and the agent's stop. A line cut
-// short breaks the protocol: the process is killed (and restarted). A line
-// not begun has no consequence: the plugin's pipe is full of lines it did
+// short would break the protocol: it gets grace more to be written whole
+// (a plugin that takes one call at a time may be busy in a healthy one,
+// and a call past its deadline gets as long to answer), then the process
+// is killed (and restarted). A line not begun has no consequence: the plugin's pipe is full of lines it did
 // not read, and the calls among them get it killed KillGrace after their
 // deadlines (a write that found the deadline passed says nothing of the
 // plugin).
@@ -485,6 +490,13 @@ func (p *process) writeLine(ctx context.Context, b []byte) error {
 	// Only ctx sets the deadline; its timer may lag the clock.
 	err = cmp.Or(ctx.Err(), context.DeadlineExceeded)
 	if n > 0 {
+		f.SetWriteDeadline(time.Now().Add(p.grace))
+		m, werr := p.stdin.Write(b[n:])
+		f.SetWriteDeadline(time.Time{})
+		if werr == nil {
+			return err // whole, late: the call's deadline passed
+		}
+		n += m
 		p.log.Warn("a plugin did not read its stdin; killed", "plugin", p.name, "written", n, "of", len(b))
 		p.fail(fmt.Errorf("killed: it did not read its stdin (%d of a %d-byte line written)", n, len(b)))
 	}

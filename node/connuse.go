@@ -60,6 +60,8 @@ func (n *Node) useConn(p peer.ID, opened bool, keep int, closed *atomic.Int64) (
 			return
 		}
 		delete(u.peers, p)
+		// One the peer's own exchange runs on is left open, to the
+		// connection manager's trim, as one the peer opened would be.
 		if e.opened && !n.connBusy(p) && n.releaseConn(p, e.keep) && e.closed != nil {
 			e.closed.Add(1)
 		}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 // A Shared pull brings everything but the direct entries, however many
@@ -204,10 +206,10 @@ func TestFetchKeysBringsADirectEntry(t *testing.T) {
 // A node that pulls in scope Shared from a peer of an earlier version
 // (which serves only the full protocol) compares everything, as before.
 func TestSharedPullFromAnEarlierVersion(t *testing.T) {
+	anyone := func(peer.ID) bool { return true } // an earlier version serves anyone
 	w, old := directPair(t, false, func(h host.Host) {
 		h.RemoveStreamHandler(SyncSharedProtocol) // as an agent of an earlier version
-	})
-	old.r.cfg.Counts = func(peer.ID) bool { return true } // an earlier version serves anyone
+	}, nil, anyone)
 	h := old.h
 	ack := "jobs/j/acks/" + h.ID().String()
 	if _, err := old.r.PutQuiet(context.Background(), ack, []byte(`{"state":"done"}`)); err != nil {
@@ -226,11 +228,19 @@ func TestSharedPullFromAnEarlierVersion(t *testing.T) {
 
 // directPair starts two replicas on one mock network with direct keys,
 // the first the trusted writer if firstWrites, else the second; change,
-// if set, is done to the second's host before they connect.
-func directPair(t *testing.T, firstWrites bool, change func(host.Host)) (first, second *testNet) {
+// if set, is done to the second's host before they connect; counts, if
+// given, are the first's and the second's ReplicaConfig.Counts.
+func directPair(t *testing.T, firstWrites bool, change func(host.Host), counts ...func(peer.ID) bool) (first, second *testNet) {
 	t.Helper()
-	first = newTestNet(t)
+	c := &testNet{mn: mocknet.New()}
+	if len(counts) == 2 {
+		c.counts = counts[0]
+	}
+	first = startTestNet(t, c)
 	second = &testNet{mn: first.mn}
+	if len(counts) == 2 {
+		second.counts = counts[1]
+	}
 	h, err := first.mn.GenPeer()
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +272,8 @@ func directPair(t *testing.T, firstWrites bool, change func(host.Host)) (first, 
 // key as one not held (job acks carry the head of a job's output). A peer
 // that counts gets it.
 func TestDirectEntriesOnlyForPeersThatCount(t *testing.T) {
-	w, other := directPair(t, true, nil) // w the trusted writer; other counts for nothing
+	var admitted atomic.Bool
+	w, other := directPair(t, true, nil, func(peer.ID) bool { return admitted.Load() }, nil) // w the trusted writer; other counts for nothing
 	ctx := context.Background()
 	ack := "jobs/j/acks/" + w.h.ID().String()
 	if _, err := w.r.PutQuiet(ctx, ack, []byte(`{"state":"done","output_head":"secret"}`)); err != nil {
@@ -288,7 +299,7 @@ func TestDirectEntriesOnlyForPeersThatCount(t *testing.T) {
 	if _, ok := other.r.Get(ack); ok {
 		t.Fatal("a peer that does not count got a direct entry")
 	}
-	w.r.cfg.Counts = func(peer.ID) bool { return true } // other admitted
+	admitted.Store(true) // other admitted
 	if st, err := retry(func() (SyncStats, error) { return other.r.FetchKeys(ctx, w.h.ID(), ack) }); err != nil || st.Applied != 1 {
 		t.Fatalf("a peer that counts: %+v %v, want the ack", st, err)
 	}

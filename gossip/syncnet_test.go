@@ -95,6 +95,8 @@ type testNet struct {
 	trust []peer.ID
 	// firstRequest, if set, replaces firstRequestTimeout.
 	firstRequest time.Duration
+	// counts, if set, is the replica's ReplicaConfig.Counts.
+	counts func(peer.ID) bool
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -128,6 +130,7 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 	if n.trust != nil {
 		cfg.Trust = NewTrust(n.trust...)
 	}
+	cfg.Counts = n.counts
 	n.h, n.clock, n.logs = h, newTestClock(), &warnCounter{warns: map[string]int{}, suppressed: map[string]int64{}}
 	n.r, err = NewReplica(h, h.Peerstore().PrivKey(h.ID()), store, cfg, slog.New(n.logs), n.clock.now, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
@@ -964,7 +967,7 @@ func TestRefusedVersionsDoNotBlockPulls(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	w, revoked := newAuthor(t, rng), newAuthor(t, rng)
 	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{w.id}})
-	m := &testNet{mn: n.mn, trust: []peer.ID{w.id}}
+	m := &testNet{mn: n.mn, trust: []peer.ID{w.id}, counts: func(p peer.ID) bool { return p == w.id }} // revoked counts no more
 	h, err := n.mn.GenPeer()
 	if err != nil {
 		t.Fatal(err)
@@ -976,7 +979,6 @@ func TestRefusedVersionsDoNotBlockPulls(t *testing.T) {
 	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
 		t.Fatal(err)
 	}
-	m.r.cfg.Counts = func(p peer.ID) bool { return p == w.id } // revoked counts no more
 	now := n.clock.now()
 	var es []*Signed
 	for i := range 200 {

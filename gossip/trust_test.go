@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 // SetTrust loads the state again under the new list: entries of writers no
@@ -119,19 +120,16 @@ func TestSetTrustKeepsEntriesAppliedBehind(t *testing.T) {
 	}
 }
 
-// With trusted writers set, a node that does not count (SetCounts) may
-// hold its record in the state and nothing else: its memberships and
-// acks are refused and counted not_admitted; a node that counts, and
-// anyone in an open cluster, writes what the table allows.
+// With trusted writers set, a node that does not count (ReplicaConfig.
+// Counts) may hold its record in the state and nothing else: its
+// memberships and acks are refused and counted not_admitted; a node that
+// counts, and anyone in an open cluster, writes what the table allows.
 func TestEntriesOfNodesThatDoNotCount(t *testing.T) {
-	n := newTestNet(t)
-	r := n.r
 	rng := mrand.New(mrand.NewPCG(3, 4))
 	writer, pending, admitted := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
-	if _, err := r.SetTrust(NewTrust(writer.id)); err != nil {
-		t.Fatal(err)
-	}
-	r.cfg.Counts = func(p peer.ID) bool { return p == writer.id || p == admitted.id }
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	r := n.r
 	now := n.clock.now()
 	for _, c := range []struct {
 		a   *author

@@ -104,6 +104,11 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: encode facts: %w", err)
 	}
+	// As other nodes will read them: facts past policy's bounds would be
+	// none there.
+	if _, err := policy.DecodeJSON(fb); err != nil {
+		return nil, fmt.Errorf("node: facts other nodes would refuse: %w", err)
+	}
 	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: fb,
 		Plugins: n.plugins.status(n.registry.Source), Tasks: n.tasks.statuses(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
 	b, err := json.Marshal(rec)

@@ -330,12 +330,16 @@ func LoadFactsFile(path string) (Facts, error) {
 	if err := yaml.Unmarshal(b, &raw); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("facts file %s: %w", path, err)
 	}
+	if len(raw) > MaxFactItems {
+		return nil, fmt.Errorf("facts file %s: %d facts, at most %d", path, len(raw), MaxFactItems)
+	}
 	out := Facts{}
+	budget := factBudget{values: MaxFactValues}
 	for k, v := range raw {
 		if !factKeyOK(k) {
 			return nil, fmt.Errorf("facts file %s: fact %q: keys are snake_case letters, digits and underscores, starting with a letter", path, k)
 		}
-		nv, err := normalize(v)
+		nv, err := budget.normalize(v, 1)
 		if err != nil {
 			return nil, fmt.Errorf("facts file %s: fact %q: %w", path, k, err)
 		}
@@ -344,9 +348,34 @@ func LoadFactsFile(path string) (Facts, error) {
 	return out, nil
 }
 
+// Bounds of a node's facts, whoever declares them: at most MaxFactItems
+// elements in one list or map, MaxFactValues values in all (each element,
+// list and map counts one), nested at most MaxFactDepth deep. Other nodes
+// evaluate a node's declared facts (policies back its memberships,
+// --auto-admit judges it while it is pending), and CEL's cost limit does
+// not bound their CPU: its cost tracking grows with the square of a list a
+// comprehension walks (facts.l.exists(x, x == 7) took 787 ms at 16,000
+// elements, 1.4 ms without the limit). Real facts are far smaller (a CPU
+// has about 150 flags).
+const (
+	MaxFactItems  = 1024
+	MaxFactValues = 4096
+	MaxFactDepth  = 8
+)
+
+// factBudget is what the facts being decoded may still hold.
+type factBudget struct{ values int }
+
 // normalize turns decoded YAML/JSON into the fact value types: int64,
-// float64, bool, string, []any, map[string]any.
-func normalize(v any) (any, error) {
+// float64, bool, string, []any, map[string]any, within the bounds above
+// (depth is v's).
+func (b *factBudget) normalize(v any, depth int) (any, error) {
+	if b.values--; b.values < 0 {
+		return nil, fmt.Errorf("more than %d values in all", MaxFactValues)
+	}
+	if depth > MaxFactDepth {
+		return nil, fmt.Errorf("nested more than %d deep", MaxFactDepth)
+	}
 	switch x := v.(type) {
 	case nil, bool, string, int64, float64:
 		return x, nil
@@ -363,9 +392,12 @@ func normalize(v any) (any, error) {
 		}
 		return x.Float64()
 	case []any:
+		if len(x) > MaxFactItems {
+			return nil, fmt.Errorf("a list of %d elements, at most %d", len(x), MaxFactItems)
+		}
 		out := make([]any, len(x))
 		for i, e := range x {
-			n, err := normalize(e)
+			n, err := b.normalize(e, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -373,9 +405,12 @@ func normalize(v any) (any, error) {
 		}
 		return out, nil
 	case map[string]any:
+		if len(x) > MaxFactItems {
+			return nil, fmt.Errorf("a map of %d keys, at most %d", len(x), MaxFactItems)
+		}
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			n, err := normalize(e)
+			n, err := b.normalize(e, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -395,11 +430,15 @@ func DecodeJSON(b []byte) (Facts, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, err
 	}
+	if len(raw) > MaxFactItems {
+		return nil, fmt.Errorf("%d facts, at most %d", len(raw), MaxFactItems)
+	}
 	out := Facts{}
+	budget := factBudget{values: MaxFactValues}
 	for k, v := range raw {
-		nv, err := normalize(v)
+		nv, err := budget.normalize(v, 1)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("fact %q: %w", k, err)
 		}
 		out[k] = nv
 	}

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -125,5 +127,46 @@ func TestCollectStartsNoProcess(t *testing.T) {
 	}
 	if after := faults(); after != before {
 		t.Errorf("Collect ran a process: its children's page faults went from %d to %d", before, after)
+	}
+}
+
+// Facts are bounded however they come (a record's JSON, a facts file):
+// at most MaxFactItems in a list, a map or the facts themselves,
+// MaxFactValues values in all, MaxFactDepth deep. Other nodes evaluate a
+// node's declared facts, and CEL's cost tracking grows with the square of
+// a list a comprehension walks: 16,000 elements cost 787 ms an evaluation.
+func TestFactsBounded(t *testing.T) {
+	list := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat("0,", n), ",") + "]" }
+	nested := func(depth int) string { return strings.Repeat("[", depth-1) + "1" + strings.Repeat("]", depth-1) }
+	keys := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, `"k%d":0,`, i)
+		}
+		return "{" + strings.TrimSuffix(b.String(), ",") + "}"
+	}
+	for _, c := range []struct {
+		name, facts string
+		ok          bool
+	}{
+		{"a list at the bound", `{"l":` + list(MaxFactItems) + `}`, true},
+		{"a list past it", `{"l":` + list(MaxFactItems+1) + `}`, false},
+		{"a map past it", `{"m":` + keys(MaxFactItems+1) + `}`, false},
+		{"facts past it", keys(MaxFactItems + 1), false},
+		{"values past the total", `{"a":` + list(MaxFactItems) + `,"b":` + list(MaxFactItems) + `,"c":` + list(MaxFactItems) + `,"d":` + list(MaxFactItems) + `}`, false},
+		{"nested to the bound", `{"n":` + nested(MaxFactDepth) + `}`, true},
+		{"nested past it", `{"n":` + nested(MaxFactDepth+1) + `}`, false},
+	} {
+		_, err := DecodeJSON([]byte(c.facts))
+		if (err == nil) != c.ok {
+			t.Errorf("%s: record %v, want ok %v", c.name, err, c.ok)
+		}
+		path := filepath.Join(t.TempDir(), "facts.json")
+		if err := os.WriteFile(path, []byte(c.facts), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadFactsFile(path); (err == nil) != c.ok {
+			t.Errorf("%s: facts file %v, want ok %v", c.name, err, c.ok)
+		}
 	}
 }

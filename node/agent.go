@@ -140,6 +140,8 @@ func (n *Node) rejected() map[string]int64 {
 	out["swim_busy"] = n.swim.busy.Load()
 	out["bad_hello"] = n.badHello.Load()
 	out["conns_shed"] = n.sheds.count.Load()
+	out["busy_not_dialled"] = n.sheds.notDialled.Load()
+	out["referrals_skipped"] = n.sheds.skipped.Load()
 	out["membership_unbacked"] = n.auth.unbacked.Load()
 	out["name_taken"] = n.auth.nameTaken.Load()
 	out["facts_refused"] = n.facts.refused.Load()

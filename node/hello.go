@@ -233,8 +233,12 @@ func (n *Node) greet(p peer.ID) {
 		n.helloFailed(p, "hello: bad answer", err)
 		return
 	}
-	n.heard(p, h, sent.Busy)
+	n.heard(p, h, sent.Busy, dialled(s))
 }
+
+// dialled reports whether s runs on a connection this node opened: busy is
+// an answer to this node's dial (see shed.go).
+func dialled(s network.Stream) bool { return s.Conn().Stat().Direction == network.DirOutbound }
 
 // handleHello answers a peer's hello with ours.
 func (n *Node) handleHello(s network.Stream) {
@@ -252,7 +256,7 @@ func (n *Node) handleHello(s network.Stream) {
 		s.Reset()
 		return
 	}
-	n.heard(p, h, sent.Busy)
+	n.heard(p, h, sent.Busy, dialled(s))
 }
 
 // helloFailed handles a hello from p that did not arrive whole: bytes that
@@ -278,10 +282,18 @@ func (n *Node) badHelloSeen(p peer.ID, msg string, err error) {
 
 // heard records a peer's hello; a new peer of our cluster is remembered at
 // once, so a crash right after connecting still finds it again on restart.
-// A busy peer's referrals are followed, and a seeking peer this node told
-// it is busy (toldBusy) is sent on (shed.go).
-func (n *Node) heard(p peer.ID, m helloMsg, toldBusy bool) {
+// A busy peer's referrals are followed if this node dialled it (dialled:
+// the hello came on a connection this node opened), and a seeking peer
+// this node told it is busy (toldBusy) is sent on (shed.go).
+func (n *Node) heard(p peer.ID, m helloMsg, toldBusy, dialled bool) {
 	h := m.hello
+	if h.Busy && !dialled && h.Cluster == n.cfg.Cluster {
+		// Busy answers a dial of this node's: a peer that dialled in
+		// and says it would have this node dial whatever it names.
+		n.sheds.notDialled.Add(1)
+		n.log.Debug("busy hello from a peer this node did not dial; ignored", "peer", p)
+		h.Busy = false
+	}
 	switch {
 	case h.Cluster != n.cfg.Cluster:
 		n.joinHeard(p, h)

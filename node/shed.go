@@ -34,11 +34,58 @@ const maxReferrals = 8
 // shedLinger is how long a turned-away newcomer stays connected.
 const shedLinger = 2 * time.Second
 
-// shedState is the seeking peers being sent on.
+// maxFollowing caps the busy answers whose referrals are being dialled
+// at once, each up to maxParallelDials dials.
+const maxFollowing = 2
+
+// shedState is the seeking peers being sent on, and the busy answers this
+// node follows.
 type shedState struct {
 	mu      sync.Mutex
 	closing map[peer.ID]bool
 	count   atomic.Int64 // seeking peers sent on: conns_shed in status
+
+	followMu  sync.Mutex
+	followed  map[peer.ID]time.Time // busy answers followed, within the interval
+	following int                   // of them, those whose referrals are being dialled
+
+	notDialled atomic.Int64 // busy hellos on a connection the peer opened: busy_not_dialled
+	skipped    atomic.Int64 // busy answers not followed, too many being: referrals_skipped
+	follows    atomic.Int64 // busy answers followed (tests)
+}
+
+// follow reports whether a busy answer from p is followed now: one per
+// peer per interval (a busy peer answers each hello of a connection busy)
+// and at most maxFollowing at once. A true takes a slot that unfollow
+// gives back.
+func (s *shedState) follow(p peer.ID, now time.Time, interval time.Duration) bool {
+	s.followMu.Lock()
+	defer s.followMu.Unlock()
+	for q, at := range s.followed {
+		if now.Sub(at) >= interval {
+			delete(s.followed, q)
+		}
+	}
+	if _, again := s.followed[p]; again {
+		return false
+	}
+	if s.following >= maxFollowing {
+		s.skipped.Add(1)
+		return false
+	}
+	if s.followed == nil {
+		s.followed = map[peer.ID]time.Time{}
+	}
+	s.followed[p] = now
+	s.following++
+	s.follows.Add(1)
+	return true
+}
+
+func (s *shedState) unfollow() {
+	s.followMu.Lock()
+	defer s.followMu.Unlock()
+	s.following--
 }
 
 // seeking reports whether this node is short of peers.
@@ -137,31 +184,55 @@ func referral(s string) (peer.AddrInfo, error) {
 	return *ai, nil
 }
 
-// turnedAway takes a busy hello from p. A --join peer of this node is
-// marked busy (keepJoined comes back to it only while this node is short
-// of peers); and if this node seeks, it dials p's referrals once p has
-// closed the connection (by then their first sync brought the records that
-// say which of them count). Only referrals to nodes that count are
-// dialled: a busy peer cannot make this node dial whatever it names.
+// turnedAway takes a busy hello from p, a peer this node dialled (heard
+// drops busy from any other: it would make this node dial whatever it
+// names). A --join peer of this node is marked busy (keepJoined comes back
+// to it only while this node is short of peers); and if this node seeks,
+// it dials p's referrals once p has closed the connection (by then their
+// first sync brought the records that say which of them count), one busy
+// answer per peer per discovery interval.
 func (n *Node) turnedAway(p peer.ID, refs []string) {
 	n.joinTurnedAway(p)
-	if len(refs) == 0 || !n.seeking() {
+	if len(refs) == 0 || !n.seeking() || !n.sheds.follow(p, n.now(), n.cfg.DiscoveryInterval) {
 		return
 	}
 	n.log.Debug("sent on by a busy peer; dialling its referrals", "peer", p, "referrals", len(refs))
 	n.spawn(func() {
+		defer n.sheds.unfollow()
 		if !n.sleep(shedLinger) || !n.seeking() {
 			return
 		}
-		rules := n.rules()
-		var ais []peer.AddrInfo
-		for _, r := range refs {
-			ai, err := referral(r)
-			if err != nil || ai.ID == n.host.ID() || ai.ID == p || n.isConnected(ai.ID) || !rules.Counts(ai.ID) {
-				continue
-			}
-			ais = append(ais, ai)
-		}
-		n.dialAll(ais, false)
+		n.dialAll(n.referred(p, refs), false)
 	})
+}
+
+// referred turns p's referrals into the nodes to dial: only nodes that
+// count (a busy peer cannot make this node dial whatever it names), one
+// entry per node, and by the addresses of its record when this node holds
+// one rather than those p named.
+func (n *Node) referred(p peer.ID, refs []string) []peer.AddrInfo {
+	rules := n.rules()
+	var ais []peer.AddrInfo
+	at := map[peer.ID]int{} // index in ais
+	fromRecord := map[peer.ID]bool{}
+	for _, r := range refs {
+		ai, err := referral(r)
+		if err != nil || ai.ID == n.host.ID() || ai.ID == p || n.isConnected(ai.ID) || !rules.Counts(ai.ID) {
+			continue
+		}
+		if i, ok := at[ai.ID]; ok {
+			if !fromRecord[ai.ID] {
+				ais[i].Addrs = append(ais[i].Addrs, ai.Addrs...)
+			}
+			continue
+		}
+		if rec, ok := n.nodeNamed(ai.ID); ok {
+			if as := recordAddrs(ai.ID, rec.Addrs[:min(len(rec.Addrs), maxRecordAddrs)]); len(as) > 0 {
+				ai.Addrs, fromRecord[ai.ID] = as, true
+			}
+		}
+		at[ai.ID] = len(ais)
+		ais = append(ais, ai)
+	}
+	return ais
 }

@@ -63,6 +63,9 @@ func (n *Node) initAuthority() {
 	n.replica.Watch(authority.AdmittedPrefix, func(c gossip.Change) {
 		n.applyAdmission(c.Key, c.New)
 		n.replica.ForgetRefusals() // what the node refused may count now
+		if id, err := peer.Decode(strings.TrimPrefix(c.Key, authority.AdmittedPrefix)); err == nil && n.remembered != nil {
+			n.rememberAdmitted(id)
+		}
 		if c.Key == self && n.rules().Counts(n.host.ID()) {
 			n.spawn(n.announceOwn)
 		}

@@ -231,7 +231,7 @@ func (n *Node) discoveryLoop() {
 			})
 		}
 		if short {
-			n.dialAll(n.remembered.due(n.now(), n.isConnected), true)
+			n.dialAll(n.rememberedDue(), true)
 		}
 		if need := n.cfg.TargetPeers - len(n.ConnectedPeers()); need > 0 {
 			n.dialAll(n.recordPeers(need), false)
@@ -406,6 +406,14 @@ func (n *Node) dialAll(peers []peer.AddrInfo, remembered bool) {
 		}()
 	}
 	wg.Wait()
+}
+
+// rememberedDue are the remembered peers to dial this round: those that
+// count only (peers.json may be from before the trust list or a
+// revocation, and a stranger's addresses are its own to name).
+func (n *Node) rememberedDue() []peer.AddrInfo {
+	rules := n.rules()
+	return n.remembered.due(n.now(), func(p peer.ID) bool { return n.isConnected(p) || !rules.Counts(p) })
 }
 
 func (n *Node) isConnected(p peer.ID) bool {

@@ -280,8 +280,9 @@ func (n *Node) badHelloSeen(p peer.ID, msg string, err error) {
 	n.badHello.Add(1)
 }
 
-// heard records a peer's hello; a new peer of our cluster is remembered at
-// once, so a crash right after connecting still finds it again on restart.
+// heard records a peer's hello; a new peer of our cluster that counts is
+// remembered at once, so a crash right after connecting still finds it
+// again on restart.
 // A busy peer's referrals are followed if this node dialled it (dialled:
 // the hello came on a connection this node opened), and a seeking peer
 // this node told it is busy (toldBusy) is sent on (shed.go).
@@ -317,8 +318,28 @@ func (n *Node) heard(p peer.ID, m helloMsg, toldBusy, dialled bool) {
 		return
 	}
 	n.log.Debug("peer connected", "peer", p, "name", h.Name)
+	n.remember(p)
+}
+
+// remember keeps p among the peers a restart dials, if it counts: a
+// stranger's hello would otherwise push the fleet out of peers.json
+// (oldest first), with the addresses it declared. A peer that comes to
+// count later is remembered then (see initAuthority).
+func (n *Node) remember(p peer.ID) {
+	if !n.rules().Counts(p) {
+		return
+	}
 	if n.remembered.seen(p, n.host.Peerstore().Addrs(p), n.now()) {
 		n.rememberSoon()
+	}
+}
+
+// rememberAdmitted remembers p, admitted just now, if it said hello of
+// this cluster on a connection still open: a new node meets its seed
+// before it knows the admissions that make the seed count.
+func (n *Node) rememberAdmitted(p peer.ID) {
+	if h, ok := n.peers.get(p); ok && h.Cluster == n.cfg.Cluster && n.isConnected(p) {
+		n.remember(p)
 	}
 }
 

@@ -122,15 +122,15 @@ func (r *remembered) sorted() []*rememberedPeer {
 	return all
 }
 
-// due returns the remembered peers, newest first, that are not connected
-// and whose backoff has passed, and marks them as being dialled.
-func (r *remembered) due(now time.Time, connected func(peer.ID) bool) []peer.AddrInfo {
+// due returns the remembered peers, newest first, that skip does not
+// pass over (connected ones, say) and whose backoff has passed.
+func (r *remembered) due(now time.Time, skip func(peer.ID) bool) []peer.AddrInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []peer.AddrInfo
 	for _, rp := range r.sorted() {
 		id, err := peer.Decode(rp.ID)
-		if err != nil || connected(id) || now.Before(rp.nextDial) {
+		if err != nil || skip(id) || now.Before(rp.nextDial) {
 			continue
 		}
 		ai := peer.AddrInfo{ID: id}

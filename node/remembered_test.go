@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -69,5 +70,61 @@ func TestRememberedCorruptFileIsAWarningNotAFailure(t *testing.T) {
 	}
 	if r == nil || len(r.peers) != 0 {
 		t.Fatal("corrupt file should give an empty, usable set")
+	}
+}
+
+// rememberedIDs are the peers n remembers.
+func rememberedIDs(n *Node) map[peer.ID]bool {
+	n.remembered.mu.Lock()
+	defer n.remembered.mu.Unlock()
+	out := map[peer.ID]bool{}
+	for id := range n.remembered.peers {
+		out[id] = true
+	}
+	return out
+}
+
+// With trusted writers, strangers that say hello are not remembered: they
+// pushed the fleet out of peers.json, oldest first.
+func TestStrangersDoNotPushRememberedPeersOut(t *testing.T) {
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	admin := startNode(t, ca)
+	c := loopbackConfig(t, "b")
+	c.Trusted, c.Join, c.MaxRemembered = ca.Trusted, []string{tcpAddr(admin)}, 4
+	b := startNode(t, c)
+	waitFor(t, "b to remember its trusted seed", func() bool { return rememberedIDs(b)[admin.ID()] })
+	for i := range 4 {
+		stranger := bareHostConnectedTo(t, b)
+		sayHello(t, stranger, b, helloMsg{hello: hello{Name: fmt.Sprint("stranger-", i), Cluster: c.Cluster}}, 1)
+		if rememberedIDs(b)[stranger.ID()] {
+			t.Fatalf("stranger %d remembered", i)
+		}
+	}
+	if !rememberedIDs(b)[admin.ID()] {
+		t.Fatal("the trusted seed was pushed out of the remembered peers")
+	}
+}
+
+// Remembered peers that do not count (a peers.json from before the trust
+// list) are not dialled.
+func TestRememberedPeersThatDoNotCountAreNotDialled(t *testing.T) {
+	writer, stranger := newPeerID(t), newPeerID(t)
+	c := loopbackConfig(t, "b")
+	c.Trusted = []string{writer.String()}
+	n, err := New(c, Deps{}) // not started: no discovery round dials them first
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	addr := []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/9")}
+	n.remembered.seen(writer, addr, time.Unix(1000, 0))
+	n.remembered.seen(stranger, addr, time.Unix(2000, 0))
+	var got []peer.ID
+	for _, ai := range n.rememberedDue() {
+		got = append(got, ai.ID)
+	}
+	if len(got) != 1 || got[0] != writer {
+		t.Fatalf("remembered peers due: %v, want only the trusted writer %v", got, writer)
 	}
 }

@@ -24,8 +24,7 @@ func listeningHost(t *testing.T) host.Host {
 }
 
 // sayBusy has h tell n, times times, that it is busy and n should go to
-// target instead (maxReferrals referrals naming it), each hello handled in
-// full before the next.
+// target instead (maxReferrals referrals naming it).
 func sayBusy(t *testing.T, h host.Host, n *Node, target host.Host, times int) {
 	t.Helper()
 	ref := p2pAddrs(target.ID(), target.Addrs())[0]
@@ -33,7 +32,14 @@ func sayBusy(t *testing.T, h host.Host, n *Node, target host.Host, times int) {
 	for i := range refs {
 		refs[i] = ref
 	}
-	b, err := json.Marshal(helloMsg{hello: hello{Name: "busy", Cluster: n.cfg.Cluster, Busy: true}, Referrals: refs})
+	sayHello(t, h, n, helloMsg{hello: hello{Name: "busy", Cluster: n.cfg.Cluster, Busy: true}, Referrals: refs}, times)
+}
+
+// sayHello has h send n the hello m, times times, each handled in full
+// before the next.
+func sayHello(t *testing.T, h host.Host, n *Node, m helloMsg, times int) {
+	t.Helper()
+	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -369,11 +369,9 @@ func (n *Node) findPeers(disc *drouting.RoutingDiscovery, ns string) {
 	}
 	var batch []peer.AddrInfo
 	for ai := range found {
-		if ai.ID == n.host.ID() || n.isConnected(ai.ID) || len(ai.Addrs) == 0 {
-			continue
-		}
 		batch = append(batch, ai)
 	}
+	batch = n.rendezvousPeers(batch)
 	need := n.cfg.TargetPeers - len(n.ConnectedPeers())
 	if need <= 0 {
 		return
@@ -382,6 +380,23 @@ func (n *Node) findPeers(disc *drouting.RoutingDiscovery, ns string) {
 	n.rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
 	n.rngMu.Unlock()
 	n.dialAll(batch[:min(need, len(batch))], false)
+}
+
+// rendezvousPeers are the peers of a rendezvous lookup worth a dial: only
+// nodes that count, as with records and referrals: anyone may advertise
+// under the key, with any addresses. A new node that knows no admissions
+// yet still finds the trusted writers, whose IDs its config holds, and
+// the rest through their records.
+func (n *Node) rendezvousPeers(found []peer.AddrInfo) []peer.AddrInfo {
+	rules := n.rules()
+	var out []peer.AddrInfo
+	for _, ai := range found {
+		if ai.ID == n.host.ID() || n.isConnected(ai.ID) || len(ai.Addrs) == 0 || !rules.Counts(ai.ID) {
+			continue
+		}
+		out = append(out, ai)
+	}
+	return out
 }
 
 // dialAll dials peers, maxParallelDials at a time, and waits for them all.

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // TestAdvertiseChance: every node of a small fleet advertises, about
@@ -75,5 +77,24 @@ func TestDHTStartsLateUnlessShort(t *testing.T) {
 	}
 	if bDHT < 3*cb.DiscoveryInterval {
 		t.Errorf("b, with its peer, started its DHT %v after its start, before 3 intervals", bDHT)
+	}
+}
+
+// A rendezvous lookup's peers are dialled only if they count: anyone may
+// advertise under the key. A new node knows no admissions but finds the
+// trusted writers.
+func TestRendezvousPeersThatDoNotCountAreNotDialled(t *testing.T) {
+	writer, stranger := newPeerID(t), newPeerID(t)
+	c := loopbackConfig(t, "b")
+	c.Trusted = []string{writer.String()}
+	n, err := New(c, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	addrs := []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/9")}
+	got := n.rendezvousPeers([]peer.AddrInfo{{ID: stranger, Addrs: addrs}, {ID: writer, Addrs: addrs}})
+	if len(got) != 1 || got[0].ID != writer {
+		t.Fatalf("rendezvous peers to dial: %v, want only the trusted writer %v", got, writer)
 	}
 }

@@ -161,6 +161,18 @@ func (n *Node) serveTaskWatch(s network.Stream) {
 		br.ReadByte()
 		close(gone)
 	}()
+	// Admission and membership can be taken away while the stream is
+	// open: asked again before every run and every watchRecheck, so a
+	// revoked or departed watcher gets no more runs and frees its slot.
+	recheck := time.NewTicker(watchRecheck)
+	defer recheck.Stop()
+	stillMay := func() bool {
+		if n.mayWatch(from, tribe) {
+			return true
+		}
+		refuse(fmt.Sprintf("%s may no longer watch the tasks of tribe %s", from, tribe))
+		return false
+	}
 	enc := json.NewEncoder(s)
 	for {
 		select {
@@ -168,7 +180,14 @@ func (n *Node) serveTaskWatch(s network.Stream) {
 			return
 		case <-gone:
 			return
+		case <-recheck.C:
+			if !stillMay() {
+				return
+			}
 		case ev := <-ch:
+			if !stillMay() {
+				return
+			}
 			s.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
 			if enc.Encode(ev) != nil {
 				s.Reset()
@@ -182,13 +201,21 @@ func (n *Node) serveTaskWatch(s network.Stream) {
 const watchWriteTimeout = 10 * time.Second
 
 // mayWatch: trusted writers, and nodes whose membership of tribe counts.
+// It reads p's membership entries only, not every tribe's: a watch asks
+// before each run it writes.
 func (n *Node) mayWatch(p peer.ID, tribe string) bool {
-	switch n.rules().Status(p) {
+	rules := n.rules()
+	switch rules.Status(p) {
 	case authority.Open, authority.Trusted:
 		return true
 	}
-	v := n.tribes()[tribe]
-	return v != nil && len(v.members[p]) > 0
+	for _, e := range n.replica.Prefix(tribesPrefix + tribe + "/members/" + p.String() + "/") {
+		t, id, via, ok := splitMemberKey(e.Key)
+		if ok && t == tribe && id == p && len(n.memberVia(rules, tribe, id, via, e)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // WatchTask implements api.Agent: the runs of this node's own (if it is a

@@ -1,10 +1,15 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/tribeagent/tribe/node/api"
 )
 
 func TestDecodeTaskWatchRequest(t *testing.T) {
@@ -62,4 +67,92 @@ func adminAndStranger(t *testing.T) (admin, stranger *Node) {
 	stranger = startNode(t, c)
 	waitFor(t, "the stranger to connect", func() bool { return len(stranger.ConnectedPeers()) > 0 })
 	return admin, stranger
+}
+
+// watchCluster starts a trusted writer and an admitted manual member, b,
+// of tribe t, where the writer runs task e every second.
+func watchCluster(t *testing.T) (admin, b *Node) {
+	t.Helper()
+	ctx := context.Background()
+	admin, ns := trustedCluster(t, nil, "b")
+	b = ns["b"]
+	if _, err := admin.CreateTribe(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Admit(ctx, []string{"b"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Join(ctx, "t", []string{"admin", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.LoadPlugin(ctx, "echo", "t", api.LoadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "echo loaded", func() bool { return pluginStates(admin, "t")["admin"] == "loaded" })
+	if _, err := admin.CreateTask(ctx, "t", api.TaskRequest{Manifest: "name: e\nschedule: {interval: 1s}\nworkflow: {collect: {plugin: echo, method: echo}}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to count as a member", func() bool { return admin.mayWatch(b.ID(), "t") })
+	return admin, b
+}
+
+// openWatch opens a watch of task from w on member m.
+func openWatch(t *testing.T, w, m *Node, task string) (network.Stream, *bufio.Reader) {
+	t.Helper()
+	s, err := w.host.NewStream(context.Background(), m.ID(), TaskWatchProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Reset() })
+	s.Write([]byte(`{"task":"` + task + `"}` + "\n"))
+	return s, bufio.NewReader(s)
+}
+
+// A watcher that leaves the tribe and is revoked gets no run that ended
+// after that: its watch ends with the reason, counted.
+func TestTaskWatchEndsWhenTheWatcherMayNoLongerWatch(t *testing.T) {
+	ctx := context.Background()
+	admin, b := watchCluster(t)
+	_, br := openWatch(t, b, admin, "t/e")
+	var first api.TaskRun
+	line, err := br.ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &first) != nil || first.Run < 1 {
+		t.Fatalf("first run: %q, %v", line, err)
+	}
+	if _, err := admin.Leave(ctx, "t", []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Revoke(ctx, []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	// Runs written before the revocation may still be in flight.
+	last := admin.tasks.statuses()["t/e"].Runs
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("the watch ended without the reason: %v", err)
+		}
+		var got struct {
+			api.TaskRun
+			Error string `json:"error"`
+		}
+		json.Unmarshal(line, &got)
+		if got.ID == "" {
+			if !strings.Contains(got.Error, "may no longer watch") {
+				t.Fatalf("the watch ended with %q", line)
+			}
+			break
+		}
+		if got.Run > last {
+			t.Fatalf("run %d reached a revoked watcher (revoked after run %d)", got.Run, last)
+		}
+	}
+	if got := admin.tasks.watchRefused.Load(); got != 1 {
+		t.Errorf("%d refused watches counted, want 1", got)
+	}
+	waitFor(t, "the slot to be freed", func() bool {
+		admin.tasks.watch.mu.Lock()
+		defer admin.tasks.watch.mu.Unlock()
+		return admin.tasks.watch.n == 0
+	})
 }

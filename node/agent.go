@@ -148,6 +148,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["reload_refused"] = n.reloads.refused.Load()
 	out["mdns_finds_skipped"] = n.mdnsGate.skipped.Load()
 	out["task_watch_refused"] = n.tasks.watchRefused.Load()
+	out["task_watch_overlong"] = n.tasks.watchOverlong.Load()
 	out["job_unreadable"] = n.jobs.unreadable.Load()
 	out["job_output_refused"] = n.jobs.outputRefused.Load()
 	out["job_list_refused"] = n.jobs.listRefused.Load()

@@ -54,6 +54,8 @@ type taskSet struct {
 
 	watch        taskWatch // taskwatch.go
 	watchRefused atomic.Int64
+	// watchOverlong counts members' run lines over taskRunLineMax.
+	watchOverlong atomic.Int64
 }
 
 type taskRun struct {

@@ -38,6 +38,9 @@ const (
 	maxOutputHead = 1 << 10
 	// taskWatchRequestMax bounds the request line.
 	taskWatchRequestMax = 1 << 10
+	// taskRunLineMax bounds a run line a watching agent reads: the output
+	// and error heads are 1 KiB each, at most 6 KiB each once escaped.
+	taskRunLineMax = 16 << 10
 )
 
 // taskWatch is the watchers of this member's task runs.
@@ -94,7 +97,11 @@ func (n *Node) runEvent(tribe, name string, st tasks.Status, out json.RawMessage
 	ev := api.TaskRun{Time: st.LastRun, Task: name, Tribe: tribe, ID: n.host.ID().String(), Name: n.cfg.Name,
 		Run: st.Runs, OK: err == nil, MS: st.LastMS}
 	if err != nil {
+		// Cut like the output, so a run line fits taskRunLineMax.
 		ev.Error = err.Error()
+		if len(ev.Error) > maxOutputHead {
+			ev.Error = ev.Error[:maxOutputHead]
+		}
 	}
 	if len(out) > maxOutputHead {
 		out, _ = json.Marshal(string(out[:maxOutputHead]))
@@ -318,13 +325,24 @@ func (n *Node) watchMember(ctx context.Context, t callTarget, key string, runs c
 	}{key}); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bufio.NewReader(s))
+	// A member's lines are read whole up to taskRunLineMax: one that
+	// sends more without a newline is cut off there, not buffered.
+	br := bufio.NewReaderSize(s, taskRunLineMax)
 	for {
+		b, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			n.tasks.watchOverlong.Add(1)
+			s.Reset()
+			return fmt.Errorf("a run line over %d bytes", taskRunLineMax)
+		}
+		if err != nil {
+			return err
+		}
 		var line struct {
 			api.TaskRun
 			Error string `json:"error"`
 		}
-		if err := dec.Decode(&line); err != nil {
+		if err := json.Unmarshal(b, &line); err != nil {
 			return err
 		}
 		if line.ID == "" && line.Error != "" {

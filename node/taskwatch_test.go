@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins/tasks"
 )
 
 func TestDecodeTaskWatchRequest(t *testing.T) {
@@ -155,4 +157,41 @@ func TestTaskWatchEndsWhenTheWatcherMayNoLongerWatch(t *testing.T) {
 		defer admin.tasks.watch.mu.Unlock()
 		return admin.tasks.watch.n == 0
 	})
+}
+
+// A member that answers a watch with a line without end is cut off at
+// taskRunLineMax, counted, not buffered by the watching agent.
+func TestTaskWatchCutsOffAnOverlongRunLine(t *testing.T) {
+	admin, b := watchCluster(t)
+	b.host.SetStreamHandler(TaskWatchProtocol, func(s network.Stream) {
+		defer s.Reset()
+		bufio.NewReader(s).ReadSlice('\n')
+		s.Write([]byte(`{"output":"`))
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		for range 64 { // 4 MiB, or until the watcher resets the stream
+			if _, err := s.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- admin.WatchTask(ctx, "e", func(*api.TaskRun) {}) }()
+	waitFor(t, "the overlong line to be cut off", func() bool { return admin.tasks.watchOverlong.Load() >= 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A run line holds at most the output's and the error's heads.
+func TestTaskRunLineFitsItsLimit(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "a"))
+	worst := strings.Repeat("<", 4*maxOutputHead) // 6 bytes each escaped
+	out, _ := json.Marshal(worst)
+	ev := n.runEvent("t", strings.Repeat("n", 64), tasks.Status{Runs: 1}, out, errors.New(worst))
+	line, _ := json.Marshal(ev)
+	if len(line) >= taskRunLineMax {
+		t.Errorf("a run line of %d bytes, the limit is %d", len(line), taskRunLineMax)
+	}
 }

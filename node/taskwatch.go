@@ -29,8 +29,10 @@ import (
 const TaskWatchProtocol = "/tribe/task-watch/1.0.0"
 
 const (
-	// maxTaskWatchers bounds the watch streams a member serves at once.
-	maxTaskWatchers = 64
+	// maxTaskWatchers bounds the watch streams a member serves at once;
+	// maxTaskWatchesPerPeer what one peer may hold of them.
+	maxTaskWatchers       = 64
+	maxTaskWatchesPerPeer = 4
 	// taskWatchBuffer is how many runs a slow watcher may fall behind
 	// before runs are dropped for it (counted as task_watch_dropped).
 	taskWatchBuffer = 16
@@ -47,16 +49,29 @@ const (
 type taskWatch struct {
 	mu      sync.Mutex
 	byTask  map[string]map[chan api.TaskRun]bool
-	n       int
+	n       int             // the network's watches, local ones not counted
+	perPeer map[peer.ID]int // the network's watches by peer
 	dropped int64
 }
 
-// add registers a watcher of key, or fails when too many watch.
-func (w *taskWatch) add(key string) (chan api.TaskRun, error) {
+// add registers a watcher of key from peer p ("" for this node's own API,
+// which the network's caps do not bind: strangers cannot lock the
+// operator out), or fails when too many watch.
+func (w *taskWatch) add(key string, p peer.ID) (chan api.TaskRun, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.n >= maxTaskWatchers {
-		return nil, fmt.Errorf("this node serves %d task watchers already", maxTaskWatchers)
+	if p != "" {
+		if w.n >= maxTaskWatchers {
+			return nil, fmt.Errorf("this node serves %d task watchers already", maxTaskWatchers)
+		}
+		if w.perPeer[p] >= maxTaskWatchesPerPeer {
+			return nil, fmt.Errorf("this node serves %d task watches of %s already", maxTaskWatchesPerPeer, p)
+		}
+		if w.perPeer == nil {
+			w.perPeer = map[peer.ID]int{}
+		}
+		w.perPeer[p]++
+		w.n++
 	}
 	if w.byTask == nil {
 		w.byTask = map[string]map[chan api.TaskRun]bool{}
@@ -66,16 +81,25 @@ func (w *taskWatch) add(key string) (chan api.TaskRun, error) {
 	}
 	ch := make(chan api.TaskRun, taskWatchBuffer)
 	w.byTask[key][ch] = true
-	w.n++
 	return ch, nil
 }
 
-func (w *taskWatch) remove(key string, ch chan api.TaskRun) {
+// remove undoes add, forgetting a task nobody watches any more.
+func (w *taskWatch) remove(key string, p peer.ID, ch chan api.TaskRun) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.byTask[key][ch] {
-		delete(w.byTask[key], ch)
+	if !w.byTask[key][ch] {
+		return
+	}
+	delete(w.byTask[key], ch)
+	if len(w.byTask[key]) == 0 {
+		delete(w.byTask, key)
+	}
+	if p != "" {
 		w.n--
+		if w.perPeer[p]--; w.perPeer[p] == 0 {
+			delete(w.perPeer, p)
+		}
 	}
 }
 
@@ -155,13 +179,18 @@ func (n *Node) serveTaskWatch(s network.Stream) {
 		refuse(fmt.Sprintf("%s may not watch the tasks of tribe %s: trusted writers and its members may", from, tribe))
 		return
 	}
+	// Only a task this node has: one made up would hold a slot forever.
+	if _, ok := n.replica.Get(taskKey(tribe, name)); !ok {
+		refuse(fmt.Sprintf("this node has no task %s/%s", tribe, name))
+		return
+	}
 	key := tribe + "/" + name
-	ch, err := n.tasks.watch.add(key)
+	ch, err := n.tasks.watch.add(key, from)
 	if err != nil {
 		refuse(err.Error())
 		return
 	}
-	defer n.tasks.watch.remove(key, ch)
+	defer n.tasks.watch.remove(key, from, ch)
 	s.SetReadDeadline(time.Time{})
 	gone := make(chan struct{})
 	go func() { // the watcher closes its side when it stops watching
@@ -238,11 +267,11 @@ func (n *Node) WatchTask(ctx context.Context, name string, emit func(*api.TaskRu
 	}
 	key := tribe + "/" + name
 	runs := make(chan api.TaskRun, taskWatchBuffer)
-	local, err := n.tasks.watch.add(key)
+	local, err := n.tasks.watch.add(key, "")
 	if err != nil {
 		return err
 	}
-	defer n.tasks.watch.remove(key, local)
+	defer n.tasks.watch.remove(key, "", local)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/tasks"
@@ -193,5 +195,58 @@ func TestTaskRunLineFitsItsLimit(t *testing.T) {
 	line, _ := json.Marshal(ev)
 	if len(line) >= taskRunLineMax {
 		t.Errorf("a run line of %d bytes, the limit is %d", len(line), taskRunLineMax)
+	}
+}
+
+// One peer holds at most maxTaskWatchesPerPeer watches; the network all
+// of maxTaskWatchers, and this node's own API watches past them; a task
+// nobody watches any more is forgotten.
+func TestTaskWatchCaps(t *testing.T) {
+	var w taskWatch
+	type held struct {
+		p  peer.ID
+		ch chan api.TaskRun
+	}
+	var all []held
+	for i := range maxTaskWatchers {
+		p := peer.ID(fmt.Sprint("p", i/maxTaskWatchesPerPeer))
+		ch, err := w.add(fmt.Sprint("t/e", i), p)
+		if err != nil {
+			t.Fatalf("watch %d of %s: %v", i, p, err)
+		}
+		all = append(all, held{p, ch})
+	}
+	if _, err := w.add("t/e", "other"); err == nil {
+		t.Error("a watch past the network's cap was served")
+	}
+	local, err := w.add("t/e", "")
+	if err != nil {
+		t.Fatalf("the local API's watch was refused: %v", err)
+	}
+	w.remove("t/e", all[0].p, all[0].ch) // not its key: changes nothing
+	w.remove("t/e0", all[0].p, all[0].ch)
+	if _, err := w.add("t/e", all[maxTaskWatchesPerPeer].p); err == nil {
+		t.Errorf("a fifth watch of one peer was served")
+	}
+	if _, err := w.add("t/e", all[0].p); err != nil {
+		t.Errorf("a freed slot stays taken: %v", err)
+	}
+	w.remove("t/e", "", local)
+	for i, h := range all[1:] {
+		w.remove(fmt.Sprint("t/e", i+1), h.p, h.ch)
+	}
+	if w.n != 1 || len(w.byTask) != 1 || len(w.perPeer) != 1 {
+		t.Errorf("after removing all but one: %d watches, %d tasks, %d peers", w.n, len(w.byTask), len(w.perPeer))
+	}
+}
+
+// A watch of a task this node does not have is refused, counted.
+func TestTaskWatchRefusesAnUnknownTask(t *testing.T) {
+	admin, b := watchCluster(t)
+	_, br := openWatch(t, b, admin, "t/nope")
+	waitFor(t, "the watch to be refused", func() bool { return admin.tasks.watchRefused.Load() == 1 })
+	var answer struct{ Error string }
+	if line, err := br.ReadBytes('\n'); err != nil || json.Unmarshal(line, &answer) != nil || !strings.Contains(answer.Error, "no task t/nope") {
+		t.Errorf("the answer: %q, %v", line, err)
 	}
 }

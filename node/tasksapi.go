@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/tasks"
 )
@@ -154,14 +156,13 @@ func (n *Node) taskView(tribe, name string, rec taskRecord) api.Task {
 	if v == nil {
 		return t
 	}
+	// Records by ID, looked up once per member: not every record compared
+	// with every member.
 	records := n.nodeRecords()
 	for _, mem := range n.members(v) {
 		tm := api.TaskMember{ID: mem.ID, Name: mem.Name, State: "pending"}
-		for id, r := range records {
-			if id.String() != mem.ID {
-				continue
-			}
-			if st, ok := r.Tasks[tribe+"/"+name]; ok {
+		if id, err := peer.Decode(mem.ID); err == nil {
+			if st, ok := records[id].Tasks[tribe+"/"+name]; ok {
 				tm.State, tm.Runs, tm.Failures, tm.LastRun, tm.LastMS, tm.Error = st.State, st.Runs, st.Failures, st.LastRun, st.LastMS, st.Error
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -248,5 +249,43 @@ func TestTaskWatchRefusesAnUnknownTask(t *testing.T) {
 	var answer struct{ Error string }
 	if line, err := br.ReadBytes('\n'); err != nil || json.Unmarshal(line, &answer) != nil || !strings.Contains(answer.Error, "no task t/nope") {
 		t.Errorf("the answer: %q, %v", line, err)
+	}
+}
+
+// A task's view gives each member the report in its own record, or
+// pending when it has none.
+func TestTaskViewGivesEachMemberItsReport(t *testing.T) {
+	admin, b := watchCluster(t)
+	waitFor(t, "the writer's report", func() bool {
+		return admin.nodeRecords()[admin.ID()].Tasks["t/e"].Runs >= 1
+	})
+	// Records change as runs are reported: compared while they hold still.
+	var records map[peer.ID]nodeRecord
+	var task api.Task
+	waitFor(t, "the records to hold still over a view", func() bool {
+		before := admin.nodeRecords()
+		var err error
+		task, err = admin.Task(context.Background(), "e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		records = admin.nodeRecords()
+		return reflect.DeepEqual(before, records)
+	})
+	if len(task.Members) != 2 {
+		t.Fatalf("the view: %+v", task)
+	}
+	for _, m := range task.Members {
+		id := admin.ID()
+		if m.ID == b.ID().String() {
+			id = b.ID()
+		}
+		want := api.TaskMember{ID: id.String(), Name: records[id].Name, State: "pending"}
+		if st, ok := records[id].Tasks["t/e"]; ok {
+			want.State, want.Runs, want.Failures, want.LastRun, want.LastMS, want.Error = st.State, st.Runs, st.Failures, st.LastRun, st.LastMS, st.Error
+		}
+		if !reflect.DeepEqual(m, want) {
+			t.Errorf("member %s: %+v, want %+v", m.Name, m, want)
+		}
 	}
 }

@@ -182,7 +182,14 @@ func osFamily(id, idLike string) string {
 	return strings.ToUpper(id[:1]) + id[1:]
 }
 
-// addresses lists the host's global and private unicast addresses.
+// MaxAddressFacts bounds the ipv4 and ipv6 facts: a Kubernetes node with
+// kube-proxy in IPVS mode holds every ClusterIP on one interface, and past
+// MaxFactItems its facts were refused whole (the agent did not start).
+// The first addresses in sorted order are kept, without repeats.
+const MaxAddressFacts = 256
+
+// addresses lists the host's global and private unicast addresses, at most
+// MaxAddressFacts of each family.
 func addresses(ctx context.Context) (v4, v6 []string) {
 	ifaces, err := psnet.InterfacesWithContext(ctx)
 	if err != nil {
@@ -201,9 +208,14 @@ func addresses(ctx context.Context) (v4, v6 []string) {
 			}
 		}
 	}
-	slices.Sort(v4)
-	slices.Sort(v6)
-	return v4, v6
+	return capAddresses(v4), capAddresses(v6)
+}
+
+// capAddresses sorts addrs, drops repeats and keeps MaxAddressFacts.
+func capAddresses(addrs []string) []string {
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	return addrs[:min(len(addrs), MaxAddressFacts)]
 }
 
 // The routing table is asked for the route to a public address, which

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -168,5 +169,22 @@ func TestFactsBounded(t *testing.T) {
 		if _, err := LoadFactsFile(path); (err == nil) != c.ok {
 			t.Errorf("%s: facts file %v, want ok %v", c.name, err, c.ok)
 		}
+	}
+}
+
+// A host's addresses are facts of at most MaxAddressFacts each family,
+// sorted, without repeats: more (every ClusterIP of a Kubernetes node in
+// IPVS mode) went past MaxFactItems, and the agent did not start.
+func TestAddressFactsCapped(t *testing.T) {
+	var addrs []string
+	for i := range 2000 {
+		addrs = append(addrs, fmt.Sprintf("10.%d.%d.1", i/250, i%250), "10.0.0.1")
+	}
+	got := capAddresses(addrs)
+	if len(got) != MaxAddressFacts || !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+		t.Fatalf("%d addresses, sorted %v", len(got), slices.IsSorted(got))
+	}
+	if _, err := DecodeJSON([]byte(`{"ipv4":["` + strings.Join(got, `","`) + `"]}`)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -490,13 +490,20 @@ func (p *process) writeLine(ctx context.Context, b []byte) error {
 	// Only ctx sets the deadline; its timer may lag the clock.
 	err = cmp.Or(ctx.Err(), context.DeadlineExceeded)
 	if n > 0 {
-		f.SetWriteDeadline(time.Now().Add(p.grace))
-		m, werr := p.stdin.Write(b[n:])
-		f.SetWriteDeadline(time.Time{})
-		if werr == nil {
-			return err // whole, late: the call's deadline passed
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Grace, as for a call past its deadline; a cancelled
+			// one (the agent stopping) is not waited for.
+			f.SetWriteDeadline(time.Now().Add(p.grace))
+			m, werr := p.stdin.Write(b[n:])
+			f.SetWriteDeadline(time.Time{})
+			if werr == nil {
+				return err // whole, late: the call's deadline passed
+			}
+			if !errors.Is(werr, os.ErrDeadlineExceeded) {
+				return err // the process ended meanwhile: nothing to kill
+			}
+			n += m
 		}
-		n += m
 		p.log.Warn("a plugin did not read its stdin; killed", "plugin", p.name, "written", n, "of", len(b))
 		p.fail(fmt.Errorf("killed: it did not read its stdin (%d of a %d-byte line written)", n, len(b)))
 	}

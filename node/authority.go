@@ -67,7 +67,7 @@ func (n *Node) initAuthority() {
 			n.rememberAdmitted(id)
 		}
 		if c.Key == self && n.rules().Counts(n.host.ID()) {
-			n.spawn(n.announceOwn)
+			n.announceOwn()
 		}
 	})
 	n.replica.Watch(policiesPrefix, func(gossip.Change) {
@@ -86,19 +86,15 @@ func (n *Node) initAuthority() {
 	}
 }
 
-// announceOwn writes this node's policy memberships again, once it is
-// admitted: other nodes refused them while it was pending. A new version
-// each, as pubsub would drop the very message it carried before (its
-// peers saw it, and refused it, in the last minutes).
+// announceOwn has this node's policy memberships written again, once it
+// is admitted: other nodes refused them while it was pending. A new
+// version each, as pubsub would drop the very message it carried before
+// (its peers saw it, and refused it, in the last minutes); by the
+// reconcile loop, so that a membership the loop changes meanwhile is not
+// written back as it was.
 func (n *Node) announceOwn() {
-	suffix := "/members/" + n.host.ID().String() + "/policy"
-	for _, e := range n.replica.Prefix(tribesPrefix) {
-		if strings.HasSuffix(e.Key, suffix) && e.Author == n.host.ID() {
-			if _, err := n.replica.Put(n.ctx, e.Key, e.Value); err != nil && n.ctx.Err() == nil {
-				n.log.Warn("writing a membership again once admitted", "key", e.Key, "err", err)
-			}
-		}
-	}
+	n.rewriteOwn.Store(true)
+	n.triggerReconcile()
 }
 
 // applyAdmission takes one admitted/<peer> entry (nil or a tombstone: no

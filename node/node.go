@@ -165,6 +165,9 @@ type Node struct {
 	facts        factsState
 	recordMu     sync.Mutex // one writer of the node's record at a time (tribes.go)
 	reconcileCh  chan struct{}
+	// rewriteOwn asks the next reconcile to write every membership
+	// again, equal or not (announceOwn).
+	rewriteOwn atomic.Bool
 
 	registry  *plugins.Registry
 	sharing   sharing // plugins trusted writers share (sharedplugins.go)

@@ -163,6 +163,7 @@ func (n *Node) reconcileLoop() {
 // reconcile writes this node's tribes/<t>/members/<self>/policy entries:
 // join where a policy matches, leave where none does any more.
 func (n *Node) reconcile(ctx context.Context) error {
+	rewrite := n.rewriteOwn.Swap(false)
 	desired := policy.Desired(n.facts.get(), n.policies())
 	self := n.host.ID().String()
 	current := map[string][]string{}
@@ -177,7 +178,7 @@ func (n *Node) reconcile(ctx context.Context) error {
 	var errs []error
 	for _, tribe := range slices.Sorted(maps.Keys(desired)) {
 		names := desired[tribe]
-		if cur, ok := current[tribe]; ok && slices.Equal(cur, names) {
+		if cur, ok := current[tribe]; ok && slices.Equal(cur, names) && !rewrite {
 			continue
 		}
 		b, _ := json.Marshal(memberRecord{Policies: names})

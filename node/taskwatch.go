@@ -30,9 +30,11 @@ const TaskWatchProtocol = "/tribe/task-watch/1.0.0"
 
 const (
 	// maxTaskWatchers bounds the watch streams a member serves at once;
-	// maxTaskWatchesPerPeer what one peer may hold of them.
+	// maxTaskWatchesPerPeer what one peer may hold of them: one stream a
+	// task for every watch on that node (a dashboard following 16 tasks),
+	// and four peers still leave room for the rest.
 	maxTaskWatchers       = 64
-	maxTaskWatchesPerPeer = 4
+	maxTaskWatchesPerPeer = 16
 	// taskWatchBuffer is how many runs a slow watcher may fall behind
 	// before runs are dropped for it (counted as task_watch_dropped).
 	taskWatchBuffer = 16

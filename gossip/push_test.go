@@ -66,8 +66,16 @@ func TestPushTakesOnlyTheSendersOwnEntries(t *testing.T) {
 // connected too, if connect).
 func replicaPair(t *testing.T, connect bool) (n, m *testNet) {
 	t.Helper()
-	n = newTestNet(t)
-	m = &testNet{mn: n.mn}
+	return pairOf(t, &testNet{}, &testNet{}, connect)
+}
+
+// pairOf starts n and m, set up but for their hosts and network, as
+// replicaPair's.
+func pairOf(t *testing.T, n, m *testNet, connect bool) (*testNet, *testNet) {
+	t.Helper()
+	n.mn = mocknet.New()
+	startTestNet(t, n)
+	m.mn = n.mn
 	h, err := n.mn.GenPeer()
 	if err != nil {
 		t.Fatal(err)

@@ -966,19 +966,8 @@ func TestRespondInChunks(t *testing.T) {
 func TestRefusedVersionsDoNotBlockPulls(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	w, revoked := newAuthor(t, rng), newAuthor(t, rng)
-	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{w.id}})
-	m := &testNet{mn: n.mn, trust: []peer.ID{w.id}, counts: func(p peer.ID) bool { return p == w.id }} // revoked counts no more
-	h, err := n.mn.GenPeer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.start(t, h)
-	if _, err := n.mn.LinkPeers(h.ID(), n.h.ID()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.mn.ConnectPeers(h.ID(), n.h.ID()); err != nil {
-		t.Fatal(err)
-	}
+	n, m := pairOf(t, &testNet{trust: []peer.ID{w.id}},
+		&testNet{trust: []peer.ID{w.id}, counts: func(p peer.ID) bool { return p == w.id }}, true) // revoked counts no more
 	now := n.clock.now()
 	var es []*Signed
 	for i := range 200 {

@@ -122,13 +122,13 @@ func TestPushIsBounded(t *testing.T) {
 		held.Write([]byte{0x0a}) // the start of an entry, then nothing
 		defer held.Reset()
 	}
-	waitFor(t, func() bool { return n.r.pushing.inUse() == maxPushingPerPeer })
+	waitFor(t, func() bool { return n.r.pushing.InUse() == maxPushingPerPeer })
 	if got := pushRaw(t, n, a, ownRecord(t, a)); got != -1 {
 		t.Fatalf("one more push while %d are held: answer %d, want a reset", maxPushingPerPeer, got)
 	}
 	a.Network().ClosePeer(n.h.ID()) // the held ones end, cut short
 	waitFor(t, func() bool {
-		return n.r.Rejected()["push_cut_short"] == maxPushingPerPeer && n.r.pushing.inUse() == 0
+		return n.r.Rejected()["push_cut_short"] == maxPushingPerPeer && n.r.pushing.InUse() == 0
 	})
 	if got := n.r.Rejected()["push_busy"]; got != 1 {
 		t.Fatalf("push_busy = %d, want 1", got)
@@ -258,7 +258,7 @@ func TestPushStall(t *testing.T) {
 	if n.r.Penalised(trusted.ID()) {
 		t.Fatal("a trusted writer was penalised for a stalled push")
 	}
-	waitFor(t, func() bool { return n.r.pushing.inUse() == 0 })
+	waitFor(t, func() bool { return n.r.pushing.InUse() == 0 })
 	if got := pushRaw(t, n, trusted, ownRecord(t, trusted)); got != 1 {
 		t.Fatalf("a push after the stall: answer %d, want 1", got)
 	}

@@ -157,9 +157,9 @@ func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig
 	r := &Replica{cfg: cfg, h: h, key: key, self: self, store: store, log: log, now: now, rng: rng,
 		state: NewState(cfg.Trust), watchers: map[int]watch{}}
 	r.state.SetDirect(cfg.Direct)
-	r.serving.reserved = servingReserved
-	r.pushing.max, r.pushing.perPeer, r.pushing.reserved = maxPushing, maxPushingPerPeer, pushingReserved
-	r.pulling.max, r.pulling.perPeer, r.pulling.reserved = maxPulling, maxPullingPerPeer, pullingReserved
+	r.serving.Max, r.serving.PerPeer, r.serving.Reserved = maxServing, maxServingPerPeer, servingReserved
+	r.pushing.Max, r.pushing.PerPeer, r.pushing.Reserved = maxPushing, maxPushingPerPeer, pushingReserved
+	r.pulling.Max, r.pulling.PerPeer, r.pulling.Reserved = maxPulling, maxPullingPerPeer, pullingReserved
 	r.firstRequest = firstRequestTimeout
 	r.trust.Store(&cfg.Trust)
 	loaded, skipped, err := LoadState(store, r.state)

@@ -1,11 +1,12 @@
 package gossip
 
 import (
-	"cmp"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/internal/slots"
 )
 
 // The bookkeeping that guards the sync protocol against hostile peers:
@@ -112,58 +113,10 @@ const (
 	pushingReserved   = 32
 )
 
-// Slots counts the streams being served, in all and by peer: at most max
-// and perPeer (maxServing and maxServingPerPeer when zero, the pulls'
-// bounds), the last reserved of them only for peers that count (see
-// AcquireFor). The sync and push servers use it, and other protocols'
-// servers (NewSlots).
-type Slots struct {
-	max, perPeer, reserved int
-
-	mu     sync.Mutex
-	total  int
-	byPeer map[peer.ID]int
-}
-
-// Acquire takes a slot for p, unless the bounds are reached.
-func (s *Slots) Acquire(p peer.ID) bool { return s.AcquireFor(p, true) }
-
-// AcquireFor takes a slot for p, unless the bounds are reached; a peer
-// that does not count (counts false) gets none of the reserved slots.
-func (s *Slots) AcquireFor(p peer.ID, counts bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	max, perPeer := cmp.Or(s.max, maxServing), cmp.Or(s.perPeer, maxServingPerPeer)
-	if !counts {
-		max -= s.reserved
-	}
-	if s.total >= max || s.byPeer[p] >= perPeer {
-		return false
-	}
-	if s.byPeer == nil {
-		s.byPeer = map[peer.ID]int{}
-	}
-	s.total++
-	s.byPeer[p]++
-	return true
-}
-
-// Release gives back a slot Acquire took for p.
-func (s *Slots) Release(p peer.ID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.total--
-	if s.byPeer[p]--; s.byPeer[p] <= 0 {
-		delete(s.byPeer, p)
-	}
-}
-
-// inUse is the number of pulls being served.
-func (s *Slots) inUse() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.total
-}
+// Slots counts the streams being served, in all and by peer (see package
+// slots): the sync and push servers use it, and other protocols' servers
+// (NewSlots).
+type Slots = slots.Slots
 
 // warnEvery is how often a warning about one peer's sync streams is
 // logged; the ones in between are only counted. A hostile peer can open
@@ -216,4 +169,4 @@ func (w *warnLimit) allow(p peer.ID, now time.Time, every time.Duration) (ok boo
 }
 
 // NewSlots allows max at once, perPeer of them from one peer.
-func NewSlots(max, perPeer int) *Slots { return &Slots{max: max, perPeer: perPeer} }
+func NewSlots(max, perPeer int) *Slots { return slots.New(max, perPeer) }

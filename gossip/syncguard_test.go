@@ -36,7 +36,7 @@ func TestCooldown(t *testing.T) {
 }
 
 func TestSlots(t *testing.T) {
-	var s Slots
+	s := NewSlots(maxServing, maxServingPerPeer)
 	taken := 0
 	for i := range maxServing {
 		p := peer.ID(rune('a' + i/maxServingPerPeer))
@@ -46,8 +46,8 @@ func TestSlots(t *testing.T) {
 			}
 		}
 	}
-	if taken != maxServing || s.inUse() != maxServing {
-		t.Fatalf("%d slots taken, %d in use, want %d", taken, s.inUse(), maxServing)
+	if taken != maxServing || s.InUse() != maxServing {
+		t.Fatalf("%d slots taken, %d in use, want %d", taken, s.InUse(), maxServing)
 	}
 	if s.Acquire("z") {
 		t.Fatal("a slot beyond maxServing")
@@ -63,8 +63,8 @@ func TestSlots(t *testing.T) {
 	if s.Acquire("z") {
 		t.Fatal("one peer got more than maxServingPerPeer")
 	}
-	if s.inUse() != maxServing-1 {
-		t.Fatalf("%d in use, want %d", s.inUse(), maxServing-1)
+	if s.InUse() != maxServing-1 {
+		t.Fatalf("%d in use, want %d", s.InUse(), maxServing-1)
 	}
 }
 
@@ -101,7 +101,7 @@ func TestWarnLimit(t *testing.T) {
 // TestSlotsReserved: a peer that does not count gets none of the
 // reserved slots; one that counts gets them.
 func TestSlotsReserved(t *testing.T) {
-	s := Slots{max: 4, perPeer: 1, reserved: 2}
+	s := Slots{Max: 4, PerPeer: 1, Reserved: 2}
 	if !s.AcquireFor("a", false) || !s.AcquireFor("b", false) {
 		t.Fatal("a stranger was refused an unreserved slot")
 	}

@@ -648,7 +648,7 @@ func TestServeSyncMemoryBounded(t *testing.T) {
 	wantRejected(t, n.r, map[string]int64{"sync_busy": refused})
 }
 
-func servingNow(r *Replica) int { return r.serving.inUse() }
+func servingNow(r *Replica) int { return r.serving.InUse() }
 
 // TestSyncBuffersReserved: a sync stream's buffers are reserved on its
 // resource scope, so a real host's resource manager refuses a message

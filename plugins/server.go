@@ -16,6 +16,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+
+	"github.com/tribeagent/tribe/internal/slots"
 )
 
 // Authorizer decides who may call what. The node implements it over the
@@ -98,12 +100,11 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	refused  map[Code]int64
-	inFlight map[peer.ID]int // remote calls by caller
-	idle     map[peer.ID]int // streams waiting for a caller's next call
-	strange  map[peer.ID]int // open streams of callers that do not count
-	nStrange int             // their sum
+	mu        sync.Mutex
+	refused   map[Code]int64
+	inFlight  map[peer.ID]int // remote calls by caller
+	idle      map[peer.ID]int // streams waiting for a caller's next call
+	strangers *slots.Slots    // open streams of callers that do not count
 
 	served ServedFunc         // nil: nobody is told
 	counts func(peer.ID) bool // nil: every caller counts
@@ -133,7 +134,8 @@ func WithCounts(f func(peer.ID) bool) ServerOption { return func(s *Server) { s.
 func NewServer(h host.Host, auth Authorizer, log *slog.Logger, opts ...ServerOption) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{host: h, auth: auth, log: log, ctx: ctx, cancel: cancel,
-		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}, idle: map[peer.ID]int{}, strange: map[peer.ID]int{}}
+		refused: map[Code]int64{}, inFlight: map[peer.ID]int{}, idle: map[peer.ID]int{},
+		strangers: slots.New(strangerStreamsAll, StrangerCallStreams)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -198,24 +200,10 @@ func (s *Server) admitStream(caller peer.ID) (ok, stranger bool) {
 	if s.counts == nil || s.counts(caller) {
 		return true, false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.strange[caller] >= StrangerCallStreams || s.nStrange >= strangerStreamsAll {
-		return false, true
-	}
-	s.strange[caller]++
-	s.nStrange++
-	return true, true
+	return s.strangers.Acquire(caller), true
 }
 
-func (s *Server) leaveStream(caller peer.ID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.nStrange--
-	if s.strange[caller]--; s.strange[caller] <= 0 {
-		delete(s.strange, caller)
-	}
-}
+func (s *Server) leaveStream(caller peer.ID) { s.strangers.Release(caller) }
 
 // Serve runs req for caller. The node calls it directly for calls to
 // itself, so they follow the same rules as remote ones.

@@ -66,7 +66,7 @@ func printAdmissions(c *cli.Context, res []api.Admission) error {
 	tw := table(c.App.Writer)
 	fmt.Fprintln(tw, "NAME\tID\tADMISSION\tNOTE")
 	for _, a := range res {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, a.Admission, a.Error)
+		row(tw, a.Name, a.ID, a.Admission, oneLine(a.Error))
 	}
 	return tw.Flush()
 }

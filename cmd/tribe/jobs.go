@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -112,7 +113,7 @@ Examples:
 					tw := table(c.App.Writer)
 					fmt.Fprintln(tw, "NODE\tSTATE\tATTEMPTS\tMS\tERROR\tOUTPUT")
 					for _, t := range j.Targets {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", t.Name, t.State, t.Attempts, t.MS, oneLine(t.Error), outputText(t))
+						row(tw, t.Name, t.State, t.Attempts, t.MS, oneLine(t.Error), outputText(t))
 					}
 					return tw.Flush()
 				},
@@ -135,8 +136,8 @@ Examples:
 					tw := table(c.App.Writer)
 					fmt.Fprintln(tw, "JOB\tSTATE\tTRIBES\tCALL\tCREATED\tTARGETS")
 					for _, j := range js {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%s\t%s\n", j.ID, j.State, orDash(strings.Join(j.Tribes, ",")),
-							j.Plugin, j.Method, j.Created.Local().Format(time.DateTime), countsText(j))
+						row(tw, j.ID, j.State, orDash(strings.Join(j.Tribes, ",")),
+							j.Plugin+" "+j.Method, j.Created.Local().Format(time.DateTime), countsText(j))
 					}
 					return tw.Flush()
 				},
@@ -225,7 +226,7 @@ func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 			fmt.Fprintln(tw, "NODE\tSTATE\tATTEMPTS\tMS\tERROR\tOUTPUT")
 			header = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", t.Name, t.State, t.Attempts, t.MS, oneLine(t.Error), outputText(t))
+		row(tw, t.Name, t.State, t.Attempts, t.MS, oneLine(t.Error), outputText(t))
 		tw.Flush()
 	})
 	if err != nil {
@@ -270,7 +271,11 @@ func outputText(t api.JobTarget) string {
 	}
 	s := oneLine(t.OutputHead)
 	if len(s) > 80 {
-		s = s[:77] + "..."
+		cut := 77
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut-- // not inside a rune: a cut one would be shown escaped
+		}
+		s = s[:cut] + "..."
 	}
 	if t.OutputBytes > len(t.OutputHead) {
 		s += fmt.Sprintf(" (%d bytes)", t.OutputBytes)

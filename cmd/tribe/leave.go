@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -69,7 +70,7 @@ free. A node that is still up answers with a newer record and is back.`,
 				return printJSON(c.App.Writer, nodes)
 			}
 			for _, n := range nodes {
-				fmt.Fprintf(c.App.Writer, "force-left %s %s\n", n.Name, n.ID)
+				fmt.Fprintf(c.App.Writer, "force-left %s %s\n", names.Shown(n.Name), n.ID)
 			}
 			return nil
 		},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -43,10 +44,10 @@ func pluginCommand() *cli.Command {
 							callers += "," + strings.Join(p.Callers, ",")
 						}
 						if len(p.Nodes) == 0 {
-							fmt.Fprintf(tw, "%s\t%s\t%s\t-\tno members\t\t\t\n", p.Tribe, p.Name, callers)
+							row(tw, p.Tribe, p.Name, callers, "-", "no members", "", "", "")
 						}
 						for _, n := range p.Nodes {
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Tribe, p.Name, callers, n.Name, n.State, n.Source, n.Version, n.Error)
+							row(tw, p.Tribe, p.Name, callers, n.Name, n.State, n.Source, n.Version, oneLine(n.Error))
 						}
 					}
 					return tw.Flush()
@@ -260,7 +261,9 @@ func printCallResult(w io.Writer, r api.CallResult) {
 			text += " " + compact(r.Result)
 		}
 	}
-	fmt.Fprintf(w, "%-24s %-14s %10.1f  %s\n", name, status, r.MS, text)
+	// As a table's cells (see row): the name, the code and the answer
+	// are the callee's.
+	fmt.Fprintf(w, "%-24s %-14s %10.1f  %s\n", names.Shown(name), names.Shown(status), r.MS, names.Shown(text))
 }
 
 func compact(b json.RawMessage) string {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -28,7 +27,7 @@ func factsCommand() *cli.Command {
 			tw := table(c.App.Writer)
 			for _, k := range slices.Sorted(mapKeys(facts)) {
 				v, _ := json.Marshal(facts[k])
-				fmt.Fprintf(tw, "%s\t%s\n", k, v)
+				row(tw, k, string(v))
 			}
 			return tw.Flush()
 		},
@@ -89,7 +88,7 @@ func policyCommand() *cli.Command {
 					tw := table(c.App.Writer)
 					fmt.Fprintln(tw, "POLICY\tTRIBE\tEXPR")
 					for _, p := range ps {
-						fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Tribe, p.Expr)
+						row(tw, p.Name, p.Tribe, oneLine(p.Expr))
 					}
 					return tw.Flush()
 				},
@@ -137,7 +136,7 @@ func policyCommand() *cli.Command {
 						if m.Match {
 							matched++
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Name, m.ID, m.Match, strings.ReplaceAll(m.Error, "\n", " "))
+						row(tw, m.Name, m.ID, m.Match, oneLine(m.Error))
 					}
 					tw.Flush()
 					fmt.Fprintf(c.App.Writer, "%d of %d nodes match\n", matched, len(ms))

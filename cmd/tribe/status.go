@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -30,10 +31,10 @@ func statusCommand() *cli.Command {
 				return printJSON(c.App.Writer, s)
 			}
 			tw := table(c.App.Writer)
-			fmt.Fprintf(tw, "id\t%s\n", s.ID)
-			fmt.Fprintf(tw, "name\t%s\n", s.Name)
-			fmt.Fprintf(tw, "cluster\t%s\n", s.Cluster)
-			fmt.Fprintf(tw, "version\t%s\n", s.Version)
+			row(tw, "id", s.ID)
+			row(tw, "name", s.Name)
+			row(tw, "cluster", s.Cluster)
+			row(tw, "version", s.Version)
 			fmt.Fprintf(tw, "peers\t%d\n", s.Peers)
 			fmt.Fprintf(tw, "mdns\t%v\n", s.MDNS)
 			fmt.Fprintf(tw, "private network\t%v\n", s.Private)
@@ -54,7 +55,7 @@ func statusCommand() *cli.Command {
 				fmt.Fprintf(tw, "dropped under load\t%s\n", c)
 			}
 			for _, j := range s.Joins {
-				fmt.Fprintf(tw, "join %s\t%s\n", j.Addr, joinText(j))
+				row(tw, "join "+j.Addr, joinText(j))
 			}
 			fmt.Fprintf(tw, "uptime\t%s\n", s.Uptime.Round(time.Second))
 			fmt.Fprintf(tw, "data dir\t%s\n", s.DataDir)
@@ -66,7 +67,7 @@ func statusCommand() *cli.Command {
 				if i == 0 {
 					label = "addrs"
 				}
-				fmt.Fprintf(tw, "%s\t%s\n", label, a)
+				row(tw, label, a)
 			}
 			return tw.Flush()
 		},
@@ -91,7 +92,7 @@ func peersCommand() *cli.Command {
 			tw := table(c.App.Writer)
 			fmt.Fprintln(tw, "NAME\tID\tADDRS")
 			for _, p := range peers {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.ID, strings.Join(stripP2P(p.Addrs), " "))
+				row(tw, p.Name, p.ID, strings.Join(stripP2P(p.Addrs), " "))
 			}
 			return tw.Flush()
 		},
@@ -112,6 +113,28 @@ func stripP2P(addrs []string) []string {
 
 func table(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// row writes one row of a table: its cells, each as names.Shown shows
+// it, between tabs. Names, versions, errors, facts and outputs come from
+// other nodes, and some of them from any peer that can connect (a pending
+// node's record): a tab or a newline in one would move the table's
+// columns or rows, and an escape sequence would drive the terminal of the
+// operator reading it (erase a line, retitle the window, set the
+// clipboard). Shown quotes such text, escapes visible.
+func row(w io.Writer, cells ...any) {
+	b := make([]byte, 0, 128)
+	for i, c := range cells {
+		if i > 0 {
+			b = append(b, '\t')
+		}
+		s, ok := c.(string)
+		if !ok {
+			s = fmt.Sprint(c)
+		}
+		b = append(b, names.Shown(s)...)
+	}
+	w.Write(append(b, '\n'))
 }
 
 func printJSON(w io.Writer, v any) error {

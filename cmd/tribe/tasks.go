@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -85,7 +86,7 @@ runs in a row disable it on a member. See the README's Tasks section.`,
 					tw := table(c.App.Writer)
 					fmt.Fprintln(tw, "TASK\tTRIBE\tSCHEDULE\tSTATE\tMEMBERS")
 					for _, t := range ts {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", t.Name, t.Tribe, scheduleText(t.Schedule), taskState(t), len(t.Members))
+						row(tw, t.Name, t.Tribe, scheduleText(t.Schedule), taskState(t), len(t.Members))
 					}
 					return tw.Flush()
 				},
@@ -111,7 +112,7 @@ runs in a row disable it on a member. See the README's Tasks section.`,
 						if !m.LastRun.IsZero() {
 							last = m.LastRun.Local().Format(time.TimeOnly)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", m.Name, m.State, m.Runs, m.Failures, last, m.LastMS, oneLine(m.Error))
+						row(tw, m.Name, m.State, m.Runs, m.Failures, last, m.LastMS, oneLine(m.Error))
 					}
 					return tw.Flush()
 				},
@@ -142,7 +143,9 @@ are not watched); a member serves at most 64 watchers.`,
 						if !r.OK {
 							result = "error: " + oneLine(r.Error)
 						}
-						fmt.Fprintf(c.App.Writer, "%s %s run=%d %s %dms %s\n", r.Time.Local().Format("15:04:05.000"), r.Name, r.Run, result, r.MS, oneLine(string(r.Output)))
+						// The member's name, error and output as a table's cells (see row).
+						fmt.Fprintf(c.App.Writer, "%s %s run=%d %s %dms %s\n", r.Time.Local().Format("15:04:05.000"), names.Shown(r.Name), r.Run,
+							names.Shown(result), r.MS, names.Shown(oneLine(string(r.Output))))
 					})
 				},
 			},

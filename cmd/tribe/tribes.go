@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -73,9 +74,9 @@ func printNodes(w io.Writer, nodes []api.Node, detailed bool) error {
 	}
 	fmt.Fprintln(tw, header)
 	for _, n := range nodes {
-		name := n.Name
+		self := ""
 		if n.Self {
-			name += " (this node)"
+			self = " (this node)"
 		}
 		addr := "-"
 		if as := stripP2P(n.Addrs); len(as) > 0 {
@@ -84,11 +85,11 @@ func printNodes(w io.Writer, nodes []api.Node, detailed bool) error {
 				addr += fmt.Sprintf(" (+%d)", len(as)-1)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", name, n.ID, addr, n.Liveness, n.Admission, n.Version)
+		cells := []any{names.Shown(n.Name) + self, n.ID, addr, n.Liveness, n.Admission, n.Version}
 		if detailed {
-			fmt.Fprintf(tw, "\t%s", factsLine(n.Facts))
+			cells = append(cells, factsLine(n.Facts))
 		}
-		fmt.Fprintln(tw)
+		row(tw, cells...)
 	}
 	return tw.Flush()
 }
@@ -136,7 +137,7 @@ func tribeCommands() []*cli.Command {
 				tw := table(c.App.Writer)
 				fmt.Fprintln(tw, "TRIBE\tMEMBERS")
 				for _, t := range tribes {
-					fmt.Fprintf(tw, "%s\t%d\n", t.Name, t.Members)
+					row(tw, t.Name, t.Members)
 				}
 				return tw.Flush()
 			},
@@ -240,10 +241,10 @@ func printTribe(c *cli.Context, t api.Tribe) error {
 		return printJSON(c.App.Writer, t)
 	}
 	tw := table(c.App.Writer)
-	fmt.Fprintf(tw, "tribe\t%s\n", t.Name)
-	fmt.Fprintf(tw, "policies\t%s\n", strings.Join(t.Policies, ", "))
-	fmt.Fprintf(tw, "plugins\t%s\n", strings.Join(t.Plugins, ", "))
-	fmt.Fprintf(tw, "members\t%d\n", len(t.Members))
+	row(tw, "tribe", t.Name)
+	row(tw, "policies", strings.Join(t.Policies, ", "))
+	row(tw, "plugins", strings.Join(t.Plugins, ", "))
+	row(tw, "members", len(t.Members))
 	tw.Flush()
 	if len(t.Members) == 0 {
 		return nil
@@ -259,7 +260,7 @@ func printMembers(c *cli.Context, members []api.Member) error {
 	tw := table(c.App.Writer)
 	fmt.Fprintln(tw, "NAME\tID\tALIVE\tVIA")
 	for _, m := range members {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Name, m.ID, m.Alive, strings.Join(m.Via, ","))
+		row(tw, m.Name, m.ID, m.Alive, strings.Join(m.Via, ","))
 	}
 	return tw.Flush()
 }

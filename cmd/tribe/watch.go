@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api/events"
 )
 
@@ -76,7 +77,7 @@ func printEvent(w io.Writer, e events.Event) {
 }
 
 func quoteIfNeeded(s string) string {
-	if strings.ContainsAny(s, " \t\"=") || s != strings.ToValidUTF8(s, "") || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' }) {
+	if strings.ContainsAny(s, " \"=") || !names.Printable(s) {
 		return fmt.Sprintf("%q", s)
 	}
 	return s

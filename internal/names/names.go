@@ -1,8 +1,15 @@
 // Package names checks the names tribe gives things: tribes, policies,
-// plugins, tasks and jobs (Valid), and plugin methods (ValidMethod). One
+// plugins, tasks and jobs (Valid), and plugin methods (ValidMethod), and
+// whether text a peer sent may be shown as it is (Printable, Shown). One
 // rule, in one place, checked by hand: a compiled regexp per package cost
 // every process, the CLI's included, its compilation at start.
 package names
+
+import (
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
 
 // MaxLen is the longest a name or a method may be.
 const MaxLen = 63
@@ -31,4 +38,37 @@ func valid(s string, upper bool) bool {
 		}
 	}
 	return true
+}
+
+// Printable reports whether s is valid UTF-8 in which every rune is
+// printable (unicode.IsPrint: letters, marks, digits, punctuation,
+// symbols and the ASCII space): no control character (an escape
+// sequence to a terminal, a tab or a newline that shifts a table's
+// columns or rows), no format character (a bidirectional override that
+// shows text reversed, a zero-width space), no other space. What a peer
+// says of itself is shown in operators' terminals; Printable is what
+// such text must be to be shown as it is.
+func Printable(s string) bool {
+	for i := 0; i < len(s); {
+		if c := s[i]; c >= 0x20 && c < 0x7f {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 || !unicode.IsPrint(r) {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+// Shown returns s as it is when Printable, else quoted with Go's escapes
+// (strconv.Quote: "\x1b[2K", "\u202e", "\n"), so that a terminal shows
+// what the text holds instead of obeying it.
+func Shown(s string) string {
+	if Printable(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }

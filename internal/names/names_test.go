@@ -2,6 +2,7 @@ package names
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -24,6 +25,58 @@ func FuzzNamesAreTheRegexps(f *testing.F) {
 		}
 		if ValidMethod(s) != methodRE.MatchString(s) {
 			t.Fatalf("ValidMethod(%q) = %v, the regexp says %v", s, ValidMethod(s), !ValidMethod(s))
+		}
+	})
+}
+
+func TestPrintable(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want bool
+	}{
+		{"", true},
+		{"web-1.example", true},
+		{"db 7 (rack b)", true},
+		{"žluťoučký kůň", true},
+		{"東京-3", true},
+		{"a\x1b[2Kb", false}, // an escape sequence: erases the line
+		{"a\rb", false},      // back to the line's start
+		{"a\nb", false},      // a new row
+		{"a\tb", false},      // a new column
+		{"a\x7fb", false},    // DEL
+		{"a\u009bb", false},  // CSI as a C1 control
+		{"a\u202eb", false},  // right-to-left override
+		{"a\u200bb", false},  // zero-width space
+		{"a\u00a0b", false},  // a space that is not ASCII's
+		{"a\xffb", false},    // not UTF-8
+		{"a\xe2\x80", false}, // a rune cut short
+	} {
+		if got := Printable(c.s); got != c.want {
+			t.Errorf("Printable(%q) = %v, want %v", c.s, got, c.want)
+		}
+	}
+	if got := Shown("db7\x1b[2K\rweb1"); got != `"db7\x1b[2K\rweb1"` {
+		t.Errorf("Shown = %s, want the escapes quoted", got)
+	}
+	if got := Shown("web-1"); got != "web-1" {
+		t.Errorf("Shown(web-1) = %s", got)
+	}
+}
+
+// Printable is what strconv.Quote leaves as it is, and Shown's text is
+// always Printable.
+func FuzzPrintableIsWhatQuoteKeeps(f *testing.F) {
+	for _, s := range []string{"", "a", "a\x1b", "\u202e", "\xff", "é", "a\tb", "\u00a0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !strings.ContainsAny(s, `"\`) {
+			if kept := strconv.Quote(s) == `"`+s+`"`; Printable(s) != kept {
+				t.Fatalf("Printable(%q) = %v, strconv.Quote keeps it: %v", s, Printable(s), kept)
+			}
+		}
+		if !Printable(Shown(s)) {
+			t.Fatalf("Shown(%q) = %q, not printable", s, Shown(s))
 		}
 	})
 }

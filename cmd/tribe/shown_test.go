@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tribeagent/tribe/node/api"
+)
+
+// A pending node's record is any peer's to write: text in it must neither
+// reach the terminal as control characters nor move the table's columns
+// or rows.
+func TestTablesShowPeersTextEscaped(t *testing.T) {
+	hostile := "web1\t12D3fake\talive\x1b[2K\r\nevil\u202e"
+	var b bytes.Buffer
+	err := printNodes(&b, []api.Node{
+		{ID: "12D3real", Name: hostile, Liveness: "alive", Admission: "pending", Version: "v\x1b]0;title\x07",
+			Facts: map[string]any{"k\x1b": "v\x9b"}},
+		{ID: "12D3next", Name: "db1", Liveness: "alive", Admission: "admitted", Version: "0.1.0", Self: true},
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want a header and 2 rows:\n%s", len(lines), out)
+	}
+	if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && (r < ' ' || r == 0x7f || r >= 0x80 && r < 0xa0 || r == '\u202e') }); i >= 0 {
+		t.Fatalf("a control or format character reached the output at %d: %q", i, out)
+	}
+	for _, want := range []string{`"web1\t12D3fake\talive\x1b[2K\r\nevil\u202e"`, `"v\x1b]0;title\a"`, `12D3real`, "db1 (this node)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+	if f := strings.Fields(lines[1]); f[1] != "12D3real" {
+		t.Errorf("the ID column holds %q: the name moved the columns:\n%s", f[1], out)
+	}
+
+	b.Reset()
+	printCallResult(&b, api.CallResult{Name: "x\x1b[1A", Code: "bad\ncode", Error: "boom\x1b[31m"})
+	if out := b.String(); strings.Count(out, "\n") != 1 || strings.ContainsRune(out, 0x1b) {
+		t.Errorf("a call's answer line holds control characters: %q", out)
+	}
+}

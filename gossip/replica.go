@@ -57,8 +57,12 @@ type ReplicaConfig struct {
 	// node refuses (an ack of a job that has not reached it yet, which
 	// anti-entropy brings again). Pubsub still passes on what the table
 	// allows: the node an entry is for may be reached only through nodes
-	// that refuse it. Admit counts what it refuses; it must be safe for
-	// concurrent use, must not block, and must not write to the replica.
+	// that refuse it. An error that wraps ErrValueRefused says that the
+	// version is refused for what it holds, whatever else arrives (a node
+	// record that does not read): it is remembered as refused, and pulls
+	// do not ask peers for it again for a while (refusedVersions). Admit
+	// counts what it refuses; it must be safe for concurrent use, must
+	// not block, and must not write to the replica.
 	Admit func(e *Signed, held func(key string) (*Signed, bool)) error
 	// Counts, if set, reports whether a peer counts: a trusted writer, or
 	// a node a trusted writer admitted (authority.Rules.Counts). Sync and
@@ -605,6 +609,10 @@ func (r *Replica) check(e *Signed, now time.Time) error {
 	return r.checkCounts(t, e)
 }
 
+// ErrValueRefused is for ReplicaConfig.Admit to wrap when it refuses a
+// version for its value alone: no later entry makes it acceptable.
+var ErrValueRefused = errors.New("gossip: value refused")
+
 // ErrNotAdmitted refuses an entry that a node whose entries do not count
 // yet wrote under its own name, other than its record.
 var ErrNotAdmitted = errors.New("gossip: author not admitted")
@@ -859,6 +867,11 @@ func (r *Replica) admitted(entries []*Signed) []*Signed {
 	for _, e := range entries {
 		if err := r.cfg.Admit(e, held); err != nil {
 			r.log.Debug("an entry the agent does not take", "key", e.Key, "author", e.Author, "err", err)
+			if errors.Is(err, ErrValueRefused) {
+				r.mu.Lock()
+				r.refused.add(keyHash(e.Key), versionHash(e), r.now())
+				r.mu.Unlock()
+			}
 			continue
 		}
 		out = append(out, e)

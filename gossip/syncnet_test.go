@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,6 +98,8 @@ type testNet struct {
 	firstRequest time.Duration
 	// counts, if set, is the replica's ReplicaConfig.Counts.
 	counts func(peer.ID) bool
+	// admit, if set, is the replica's ReplicaConfig.Admit.
+	admit func(*Signed, func(string) (*Signed, bool)) error
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -131,6 +134,7 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 		cfg.Trust = NewTrust(n.trust...)
 	}
 	cfg.Counts = n.counts
+	cfg.Admit = n.admit
 	n.h, n.clock, n.logs = h, newTestClock(), &warnCounter{warns: map[string]int{}, suppressed: map[string]int64{}}
 	n.r, err = NewReplica(h, h.Peerstore().PrivKey(h.ID()), store, cfg, slog.New(n.logs), n.clock.now, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
@@ -998,5 +1002,36 @@ func TestRefusedVersionsDoNotBlockPulls(t *testing.T) {
 	st, err := m.r.SyncWith(context.Background(), n.h.ID())
 	if err != nil || st.Fetched != 0 || st.Skipped != 200 {
 		t.Fatalf("a pull once all is here: %+v %v, want nothing fetched and the 200 refused skipped", st, err)
+	}
+}
+
+// A version Admit refuses for its value (ErrValueRefused) is fetched
+// once: later pulls skip it, where one Admit refuses for now (an ack
+// before its job) is asked for again.
+func TestValueRefusedIsNotPulledAgain(t *testing.T) {
+	var asked atomic.Int64
+	m := &testNet{admit: func(e *Signed, _ func(string) (*Signed, bool)) error {
+		asked.Add(1)
+		if strings.Contains(string(e.Value), "bad") {
+			return fmt.Errorf("%w: %s", ErrValueRefused, e.Key)
+		}
+		return errors.New("not yet")
+	}}
+	n, m := pairOf(t, &testNet{}, m, true)
+	ctx := context.Background()
+	for _, v := range []string{`{"name":"bad"}`, `{"name":"later"}`} {
+		if _, err := n.r.PutQuiet(ctx, "nodes/"+n.h.ID().String(), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			m.r.SyncWith(ctx, n.h.ID())
+		}
+	}
+	// bad: fetched once, then skipped; later: fetched at both pulls.
+	if got := asked.Load(); got != 3 {
+		t.Errorf("Admit asked %d times, want 3", got)
+	}
+	if _, ok := m.r.Get("nodes/" + n.h.ID().String()); ok {
+		t.Error("a refused entry was stored")
 	}
 }

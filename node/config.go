@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/jobs"
@@ -214,8 +214,9 @@ func (c Config) Validate() error {
 	if !clusterRE().MatchString(c.Cluster) {
 		bad("cluster %q: use 1 to 32 lower-case letters, digits and dashes, starting with a letter or digit", c.Cluster)
 	}
-	if len(c.Name) > 64 || strings.ContainsAny(c.Name, "\x00\n\r\t") {
-		bad("name %q: at most 64 characters, no control characters", c.Name)
+	if len(c.Name) > maxNameLen || !names.Printable(c.Name) {
+		// As other nodes take a record (checkRecord).
+		bad("name %q: at most %d bytes of printable text (no control or format characters)", c.Name, maxNameLen)
 	}
 	for _, s := range c.ListenAddrs {
 		a, err := ma.NewMultiaddr(s)

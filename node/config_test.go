@@ -46,6 +46,11 @@ func TestValidate(t *testing.T) {
 		{"cluster with spaces", func(c *Config) { c.Cluster = "my cluster" }, "cluster"},
 		{"cluster too long", func(c *Config) { c.Cluster = strings.Repeat("a", 33) }, "cluster"},
 		{"name with newline", func(c *Config) { c.Name = "a\nb" }, "name"},
+		{"name with an escape sequence", func(c *Config) { c.Name = "a\x1b[2Kb" }, "printable text"},
+		{"name with a right-to-left override", func(c *Config) { c.Name = "a\u202eb" }, "printable text"},
+		{"name not in ASCII", func(c *Config) { c.Name = "kůň-7" }, ""},
+		{"name of 64 bytes", func(c *Config) { c.Name = strings.Repeat("a", 64) }, ""},
+		{"name of 65 bytes", func(c *Config) { c.Name = strings.Repeat("a", 65) }, "at most 64 bytes"},
 		{"quic with swarm key", func(c *Config) {
 			c.SwarmKeyFile = "k"
 			c.ListenAddrs = []string{"/ip4/0.0.0.0/udp/4001/quic-v1"}

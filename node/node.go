@@ -148,6 +148,8 @@ type Node struct {
 	pubsub   *pubsub.PubSub
 	swim     swimState // the failure detector (swim.go)
 	badHello atomic.Int64
+	// recordRefused counts node records admitRecord refused (records.go).
+	recordRefused atomic.Int64
 	// callConnsClosed counts connections opened for a call and closed
 	// after it (useCallConn).
 	callConnsClosed atomic.Int64
@@ -339,8 +341,10 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	rcfg.Quiet = func(key string) bool { return strings.HasPrefix(key, jobsPrefix) }
 	// Acks go to the writers only (jobacks.go).
 	rcfg.Direct = gossip.DirectKey
-	// An ack is taken only of a job held here, from one of its targets.
-	rcfg.Admit = n.admitAck
+	// A record must read, with printable text and facts within bounds
+	// (records.go); an ack is taken only of a job held here, from one of
+	// its targets (jobs.go).
+	rcfg.Admit = n.admit
 	// Sync and push slots are kept for the nodes that count, and a node
 	// that does not count holds only its record here (read as entries
 	// and streams come, after initAuthority below).

@@ -15,6 +15,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 // HelloProtocol tells two connected peers each other's name and cluster.
@@ -80,8 +82,12 @@ func decodeHello(b []byte) (helloMsg, error) {
 	if !clusterRE().MatchString(h.Cluster) {
 		return helloMsg{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)
 	}
-	if len(h.Name) > 64 || len(h.Version) > 64 || len(h.Boot) > 64 {
+	if len(h.Name) > maxNameLen || len(h.Version) > 64 || len(h.Boot) > 64 {
 		return helloMsg{}, fmt.Errorf("%w: name, version or boot too long", ErrBadHello)
+	}
+	if !names.Printable(h.Name) || !names.Printable(h.Version) || !names.Printable(h.Boot) {
+		// As a record's (checkRecord): shown in tribe peers.
+		return helloMsg{}, fmt.Errorf("%w: name, version or boot not printable text", ErrBadHello)
 	}
 	if len(h.Referrals) > 0 && !h.Busy {
 		return helloMsg{}, fmt.Errorf("%w: referrals from a peer that is not busy", ErrBadHello)

@@ -45,6 +45,8 @@ func TestReadHelloRefusesBadInput(t *testing.T) {
 		"trailing data":              `{"name":"a","cluster":"c"}` + "\nmore",
 		"oversized":                  `{"name":"` + strings.Repeat("a", maxHelloSize) + `","cluster":"c"}` + "\n",
 		"long name":                  `{"name":"` + strings.Repeat("a", 65) + `","cluster":"c"}` + "\n",
+		"escape in the name":         `{"name":"a\u001b[2K","cluster":"c"}` + "\n",
+		"override in the version":    `{"name":"a","version":"\u202e1","cluster":"c"}` + "\n",
 		"two objects":                `{"cluster":"c"}{"cluster":"c"}` + "\n",
 		"empty":                      "",
 		"only a newline":             "\n",

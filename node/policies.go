@@ -10,8 +10,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/internal/backoff"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -143,21 +145,17 @@ func (n *Node) triggerReconcile() {
 
 // reconcileLoop keeps this node's policy memberships equal to what the
 // policies say of its facts: on start, on every policy change, on every
-// facts change.
+// facts change, and after a failure (a write the store refused) again by
+// itself, from a second doubling to a minute.
 func (n *Node) reconcileLoop() {
 	cancel := n.replica.Watch(policiesPrefix, func(gossip.Change) { n.triggerReconcile() })
 	defer cancel()
 	n.triggerReconcile()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-n.reconcileCh:
-		}
-		if err := n.reconcile(n.ctx); err != nil && n.ctx.Err() == nil {
-			n.log.Warn("updating policy memberships", "err", err)
-		}
-	}
+	backoff.Loop(n.ctx, n.reconcileCh, time.Second, time.Minute, n.float,
+		func() error { return n.reconcile(n.ctx) },
+		func(err error, wait time.Duration) {
+			n.log.Warn("updating policy memberships; trying again", "err", err, "in", wait.Round(time.Millisecond))
+		})
 }
 
 // reconcile writes this node's tribes/<t>/members/<self>/policy entries:
@@ -197,6 +195,9 @@ func (n *Node) reconcile(ctx context.Context) error {
 			continue
 		}
 		n.log.Info("left tribe: no policy matches any more", "tribe", tribe)
+	}
+	if len(errs) > 0 && rewrite {
+		n.rewriteOwn.Store(true) // for the next try
 	}
 	return errors.Join(errs...)
 }

@@ -918,9 +918,6 @@ type counters struct {
 	// flight, or maxPulling were (see pull). Streams served that brought
 	// no whole first request in firstRequestTimeout (see stallCooldown).
 	syncPullsSkipped, syncStalled atomic.Int64
-	// syncNarrowed counts pulls in scope Full from peers that do not
-	// count, answered in scope Shared.
-	syncNarrowed atomic.Int64
 
 	// Pushes (push.go) refused for want of a slot or from a penalised
 	// peer, and cut short (the stream ended, or brought no whole entry
@@ -970,7 +967,6 @@ func (r *Replica) Rejected() map[string]int64 {
 		"sync_warnings_suppressed": c.syncWarningsSuppressed.Load(),
 		"sync_pulls_skipped":       c.syncPullsSkipped.Load(),
 		"sync_stalled":             c.syncStalled.Load(),
-		"sync_narrowed":            c.syncNarrowed.Load(),
 		"push_busy":                c.pushBusy.Load(),
 		"push_cut_short":           c.pushCutShort.Load(),
 	}

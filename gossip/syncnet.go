@@ -131,6 +131,13 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 		return
 	}
 	counts := r.counts(p)
+	if !counts {
+		// The direct entries (job acks: their output heads) are for
+		// the nodes that count: a peer that does not is answered in
+		// scope Shared whatever it asks, and its wants of direct
+		// entries as not held.
+		sc = Shared
+	}
 	if !r.serving.AcquireFor(p, counts) {
 		r.counters.syncBusy.Add(1)
 		r.log.Debug("sync: refused a pull, too many served at once", "peer", p)
@@ -138,15 +145,6 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 		return
 	}
 	defer r.serving.Release(p)
-	if !counts && sc == Full {
-		// The direct entries (job acks: their output heads) are for
-		// the nodes that count: a peer that does not is answered in
-		// scope Shared whatever it asks, and its wants of direct
-		// entries as not held. An honest one asks in scope Shared
-		// (ScopeWith): counted.
-		sc = Shared
-		r.counters.syncNarrowed.Add(1)
-	}
 	s.SetDeadline(time.Now().Add(r.cfg.SyncTimeout))
 	// The first request must come whole within firstRequest: a timer
 	// rather than a deadline, which bounds the whole stream (and which

@@ -297,7 +297,7 @@ func TestAckFromANonTargetRefused(t *testing.T) {
 	sc := loopbackConfig(t, "stranger")
 	sc.Trusted, sc.Join, sc.SyncInterval = a.cfg.Trusted, []string{tcpAddr(a)}, time.Hour
 	s := startNode(t, sc)
-	waitFor(t, "the stranger connected", func() bool { return len(s.ConnectedPeers()) > 0 })
+	waitFor(t, "a holds the stranger's record", func() bool { _, ok := a.replica.Get(nodesPrefix + s.ID().String()); return ok })
 	if _, err := a.Admit(ctx, []string{s.ID().String()}, false); err != nil {
 		t.Fatal(err)
 	}

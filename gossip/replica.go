@@ -138,8 +138,9 @@ type Replica struct {
 	pushing   Slots // see push.go
 	pulling   Slots // this replica's own pulls (see maxPulling)
 	warns     warnLimit
-	// firstRequest is firstRequestTimeout; tests shorten or lengthen it.
-	firstRequest time.Duration
+	// firstRequest is firstRequestTimeout, nextRequest
+	// nextRequestTimeout; tests shorten or lengthen them.
+	firstRequest, nextRequest time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -164,7 +165,7 @@ func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig
 	r.serving.Max, r.serving.PerPeer, r.serving.Reserved = maxServing, maxServingPerPeer, servingReserved
 	r.pushing.Max, r.pushing.PerPeer, r.pushing.Reserved = maxPushing, maxPushingPerPeer, pushingReserved
 	r.pulling.Max, r.pulling.PerPeer, r.pulling.Reserved = maxPulling, maxPullingPerPeer, pullingReserved
-	r.firstRequest = firstRequestTimeout
+	r.firstRequest, r.nextRequest = firstRequestTimeout, nextRequestTimeout
 	r.trust.Store(&cfg.Trust)
 	loaded, skipped, err := LoadState(store, r.state)
 	if err != nil {

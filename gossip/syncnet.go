@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -146,19 +147,25 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 	}
 	defer r.serving.Release(p)
 	s.SetDeadline(time.Now().Add(r.cfg.SyncTimeout))
-	// The first request must come whole within firstRequest: a timer
-	// rather than a deadline, which bounds the whole stream (and which
-	// some transports, mocknet's, ignore).
-	first := time.AfterFunc(r.firstRequest, func() { s.Reset() })
-	defer first.Stop()
+	// The first request must come whole within firstRequest, and from a
+	// peer that does not count each next one within nextRequest of the
+	// answer (else it held its slot for the stream's whole deadline for
+	// one request): a timer rather than a deadline, which bounds the
+	// whole stream (and which some transports, mocknet's, ignore).
+	var late atomic.Bool
+	wait := time.AfterFunc(r.firstRequest, func() { late.Store(true); s.Reset() })
+	defer wait.Stop()
 	br := bufio.NewReader(s)
 	for round := range maxRounds + 1 {
-		b, held, err := ReadMsg(br, s.Scope())
-		if round == 0 {
-			first.Stop()
+		if round > 0 && !counts {
+			wait.Reset(r.nextRequest)
 		}
+		b, held, err := ReadMsg(br, s.Scope())
+		wait.Stop()
 		if err != nil {
-			if round == 0 && isStall(err) {
+			// A pull that ends between rounds closes its stream: only a
+			// request that did not come in time is a stall then.
+			if (round == 0 || late.Load()) && isStall(err) {
 				r.stalled(s, "sync", counts, err)
 				return
 			}

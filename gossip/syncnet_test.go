@@ -94,8 +94,9 @@ type testNet struct {
 	psOpts []pubsub.Option
 	// trust, if set, is the replica's trust list (open if nil).
 	trust []peer.ID
-	// firstRequest, if set, replaces firstRequestTimeout.
-	firstRequest time.Duration
+	// firstRequest, if set, replaces firstRequestTimeout; nextRequest
+	// nextRequestTimeout.
+	firstRequest, nextRequest time.Duration
 	// counts, if set, is the replica's ReplicaConfig.Counts.
 	counts func(peer.ID) bool
 	// admit, if set, is the replica's ReplicaConfig.Admit.
@@ -142,6 +143,9 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 	}
 	if n.firstRequest != 0 {
 		n.r.firstRequest = n.firstRequest
+	}
+	if n.nextRequest != 0 {
+		n.r.nextRequest = n.nextRequest
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -870,7 +874,9 @@ func TestSyncSlotsKeptForPeersThatCount(t *testing.T) {
 // TestSyncStall: a stream that brings no whole first request within
 // firstRequest is reset and counted, and frees its slot; its peer is put
 // in a cool-down of stallCooldown if it does not count, and only counted
-// if it does. Past its first request a stream keeps the longer deadline.
+// if it does. Past its first request a stream of a peer that counts
+// keeps the longer deadline; one of a peer that does not must bring each
+// next request within nextRequest, or it stalled too.
 func TestSyncStall(t *testing.T) {
 	const first = 100 * time.Millisecond
 	mn := mocknet.New()
@@ -878,7 +884,7 @@ func TestSyncStall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := startTestNet(t, &testNet{mn: mn, trust: []peer.ID{trusted.ID()}, firstRequest: first})
+	n := startTestNet(t, &testNet{mn: mn, trust: []peer.ID{trusted.ID()}, firstRequest: first, nextRequest: first})
 	n.connect(t, trusted)
 	stranger := n.peer(t)
 	stall := func(h host.Host, want map[string]int64) {
@@ -919,7 +925,7 @@ func TestSyncStall(t *testing.T) {
 	br := bufio.NewReader(s)
 	for round := range 2 {
 		if round > 0 {
-			time.Sleep(3 * first) // past the first request's deadline
+			time.Sleep(3 * first) // past the first and next requests' waits
 		}
 		if err := WriteMsg(s, EncodeRequest(SyncRequest{Probes: []Probe{{Hash: uint64(round + 1)}}})); err != nil {
 			t.Fatal(err)
@@ -929,6 +935,47 @@ func TestSyncStall(t *testing.T) {
 		}
 	}
 	wantRejected(t, n.r, map[string]int64{"sync_stalled": 2, "sync_penalised": 1})
+	s.Close()
+	waitFor(t, func() bool { return servingNow(n.r) == 0 })
+
+	// A stranger's pull whose second request does not come in time.
+	n.clock.advance(stallCooldown)
+	s2, err := stranger.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Reset()
+	br2 := bufio.NewReader(s2)
+	if err := WriteMsg(s2, EncodeRequest(SyncRequest{Probes: []Probe{{Hash: 1}}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readFrame(br2); err != nil {
+		t.Fatalf("a stranger's first round: %v", err)
+	}
+	waitRejected(t, n.r, map[string]int64{"sync_stalled": 3, "sync_penalised": 2})
+	waitFor(t, func() bool { return servingNow(n.r) == 0 })
+	if !n.r.Penalised(stranger.ID()) {
+		t.Fatal("a stranger that idled between requests is not cooling down")
+	}
+	// A stranger's pull that asks in time and then ends is no stall.
+	n.clock.advance(stallCooldown)
+	s3, err := stranger.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br3 := bufio.NewReader(s3)
+	for round := range 2 {
+		if err := WriteMsg(s3, EncodeRequest(SyncRequest{Probes: []Probe{{Hash: uint64(round + 1)}}})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readFrame(br3); err != nil {
+			t.Fatalf("round %d: %v", round+1, err)
+		}
+	}
+	s3.Close()
+	waitFor(t, func() bool { return servingNow(n.r) == 0 })
+	time.Sleep(2 * first)
+	wantRejected(t, n.r, map[string]int64{"sync_stalled": 3, "sync_penalised": 2})
 }
 
 // TestRespondInChunks: the shell's response, made a chunk at a time

@@ -211,7 +211,20 @@ func (n *Node) serveSwimKept(s network.Stream) {
 		s.Reset()
 		return
 	}
-	defer n.keptServe(p, -1)
+	// The slot is given back before the stream ends: a peer that sees
+	// the end (a reset for a bad frame) may open the next stream at once.
+	if n.serveKeptFrames(s, p) {
+		n.keptServe(p, -1)
+		s.Close()
+		return
+	}
+	n.keptServe(p, -1)
+	s.Reset()
+}
+
+// serveKeptFrames is serveSwimKept's loop: it reports whether the stream
+// ended well (the peer closed it), else it must be reset.
+func (n *Node) serveKeptFrames(s network.Stream, p peer.ID) bool {
 	br := bufio.NewReaderSize(s, 512)
 	var out []byte
 	for {
@@ -222,16 +235,13 @@ func (n *Node) serveSwimKept(s network.Stream) {
 		}
 		switch {
 		case errors.Is(err, io.EOF):
-			s.Close()
-			return
+			return true
 		case errors.Is(err, swim.ErrFrame):
 			n.swim.bad.Add(1)
 			n.log.Debug("swim: bad frame on a kept stream", "peer", p, "err", err)
-			s.Reset()
-			return
+			return false
 		case err != nil: // idle too long, reset, connection gone
-			s.Reset()
-			return
+			return false
 		}
 		ans := swim.Frame{Kind: swim.KindBusy}
 		select {
@@ -250,8 +260,7 @@ func (n *Node) serveSwimKept(s network.Stream) {
 		s.SetWriteDeadline(time.Now().Add(n.cfg.ProbeInterval))
 		out = appendKeptFrame(out[:0], ans)
 		if _, err := s.Write(out); err != nil {
-			s.Reset()
-			return
+			return false
 		}
 	}
 }

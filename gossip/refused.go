@@ -6,8 +6,9 @@ import "time"
 // fetched and this node refused for a reason an honest peer can have
 // (disagreement): a revoked node's memberships, a pending node's entries
 // stored before this node refused them, a key kind of a newer version.
-// The same goes for versions the agent refuses for their value
-// (ReplicaConfig.Admit, ErrValueRefused: a node record that does not read).
+// The same goes for versions whose value the agent refuses
+// (ReplicaConfig.Value: a node record that does not read, which an agent
+// of an earlier version may hold).
 // Honest peers keep holding them, so every digest comparison finds them
 // again; without this memory each pull fetched and refused the same ones,
 // and once more than maxDisagreements came first in a pull's order, every

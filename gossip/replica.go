@@ -57,13 +57,21 @@ type ReplicaConfig struct {
 	// node refuses (an ack of a job that has not reached it yet, which
 	// anti-entropy brings again). Pubsub still passes on what the table
 	// allows: the node an entry is for may be reached only through nodes
-	// that refuse it. An error that wraps ErrValueRefused says that the
-	// version is refused for what it holds, whatever else arrives (a node
-	// record that does not read): it is remembered as refused, and pulls
-	// do not ask peers for it again for a while (refusedVersions). Admit
-	// counts what it refuses; it must be safe for concurrent use, must
-	// not block, and must not write to the replica.
+	// that refuse it. Admit counts what it refuses; it must be safe for
+	// concurrent use, must not block, and must not write to the replica.
 	Admit func(e *Signed, held func(key string) (*Signed, bool)) error
+	// Value, if set, is the agent's check of what an entry's value must
+	// hold, whoever holds it and whatever else arrives (a node record
+	// must read, with printable text): asked of every entry from a peer
+	// with the authorisation table's checks, on every path. An entry it
+	// refuses is refused as one the table refuses for a reason an honest
+	// peer can have (an agent of an earlier version may hold it):
+	// counted value_refused, skipped by a pull and not asked for again
+	// for a while (refusedVersions), dropped by pubsub, and its author's
+	// score falls if it sent it itself. It must be fast (it runs before
+	// pubsub relays an entry), pure, and safe for concurrent use; its
+	// errors need not wrap ErrValueRefused.
+	Value func(e *Signed) error
 	// Counts, if set, reports whether a peer counts: a trusted writer, or
 	// a node a trusted writer admitted (authority.Rules.Counts). Sync and
 	// push slots are kept for such peers, so that identities anyone can
@@ -607,11 +615,16 @@ func (r *Replica) check(e *Signed, now time.Time) error {
 	if err := t.Check(e, now); err != nil {
 		return err
 	}
+	if r.cfg.Value != nil {
+		if err := r.cfg.Value(e); err != nil {
+			return fmt.Errorf("%w: %s by %s: %w", ErrValueRefused, e.Key, e.Author, err)
+		}
+	}
 	return r.checkCounts(t, e)
 }
 
-// ErrValueRefused is for ReplicaConfig.Admit to wrap when it refuses a
-// version for its value alone: no later entry makes it acceptable.
+// ErrValueRefused refuses an entry whose value ReplicaConfig.Value
+// refuses.
 var ErrValueRefused = errors.New("gossip: value refused")
 
 // ErrNotAdmitted refuses an entry that a node whose entries do not count
@@ -731,12 +744,14 @@ func (r *Replica) validate(_ context.Context, from peer.ID, m *pubsub.Message) p
 // and ours do not (another version's key kinds, a trust list being rolled
 // out, a clock ahead), written by someone else. Bytes that do not open or
 // verify, oversized ones, and the sender's own entries that break the
-// rules are its doing: pubsub rejects them and lowers its score.
+// rules or carry a value refused here are its doing: pubsub rejects them
+// and lowers its score.
 func honestMayRelay(err error, e *Signed, from peer.ID) bool {
 	if !disagreement(err) {
 		return false
 	}
-	return !errors.Is(err, ErrUnauthorized) || e.Author != from
+	own := errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrValueRefused)
+	return !own || e.Author != from
 }
 
 // receive applies validated entries from the topic. Entries that queued
@@ -868,11 +883,6 @@ func (r *Replica) admitted(entries []*Signed) []*Signed {
 	for _, e := range entries {
 		if err := r.cfg.Admit(e, held); err != nil {
 			r.log.Debug("an entry the agent does not take", "key", e.Key, "author", e.Author, "err", err)
-			if errors.Is(err, ErrValueRefused) {
-				r.mu.Lock()
-				r.refused.add(keyHash(e.Key), versionHash(e), r.now())
-				r.mu.Unlock()
-			}
 			continue
 		}
 		out = append(out, e)
@@ -906,7 +916,7 @@ func (r *Replica) collect() {
 
 // Counters of refused input, by reason.
 type counters struct {
-	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, notAdmitted atomic.Int64
+	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, notAdmitted, valueRefused atomic.Int64
 
 	// Sync streams (see refuseSync): malformed in either direction,
 	// entries sent that were not asked for, penalties given, pulls of
@@ -942,6 +952,8 @@ func (c *counters) reject(err error) {
 		c.fromFuture.Add(1)
 	case errors.Is(err, ErrNotAdmitted):
 		c.notAdmitted.Add(1)
+	case errors.Is(err, ErrValueRefused):
+		c.valueRefused.Add(1)
 	default:
 		c.malformed.Add(1)
 	}
@@ -960,6 +972,7 @@ func (r *Replica) Rejected() map[string]int64 {
 		"unknown_key":              c.unknownKey.Load(),
 		"from_future":              c.fromFuture.Load(),
 		"not_admitted":             c.notAdmitted.Load(),
+		"value_refused":            c.valueRefused.Load(),
 		"sync_malformed":           c.syncMalformed.Load(),
 		"sync_unwanted":            c.syncUnwanted.Load(),
 		"sync_penalised":           c.syncPenalised.Load(),

@@ -461,9 +461,11 @@ var errDisagreed = errors.New("gossip: too many entries this node does not accep
 // disagreement reports whether err refuses a well-signed entry for a
 // reason an honest peer can have: its key kind is unknown here, its author
 // is not authorised by this node's trust list (or not admitted, as far as
-// this node knows yet), or it is ahead of this node's clock.
+// this node knows yet), it is ahead of this node's clock, or its value is
+// one this version refuses (ReplicaConfig.Value) and an earlier one took.
 func disagreement(err error) bool {
-	return errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrFromFuture) || errors.Is(err, ErrNotAdmitted)
+	return errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrFromFuture) ||
+		errors.Is(err, ErrNotAdmitted) || errors.Is(err, ErrValueRefused)
 }
 
 // applyFetched checks the entries of a sync response as pubsub entries are

@@ -99,8 +99,8 @@ type testNet struct {
 	firstRequest, nextRequest time.Duration
 	// counts, if set, is the replica's ReplicaConfig.Counts.
 	counts func(peer.ID) bool
-	// admit, if set, is the replica's ReplicaConfig.Admit.
-	admit func(*Signed, func(string) (*Signed, bool)) error
+	// value, if set, is the replica's ReplicaConfig.Value.
+	value func(*Signed) error
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -135,7 +135,7 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 		cfg.Trust = NewTrust(n.trust...)
 	}
 	cfg.Counts = n.counts
-	cfg.Admit = n.admit
+	cfg.Value = n.value
 	n.h, n.clock, n.logs = h, newTestClock(), &warnCounter{warns: map[string]int{}, suppressed: map[string]int64{}}
 	n.r, err = NewReplica(h, h.Peerstore().PrivKey(h.ID()), store, cfg, slog.New(n.logs), n.clock.now, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
@@ -1052,33 +1052,42 @@ func TestRefusedVersionsDoNotBlockPulls(t *testing.T) {
 	}
 }
 
-// A version Admit refuses for its value (ErrValueRefused) is fetched
-// once: later pulls skip it, where one Admit refuses for now (an ack
-// before its job) is asked for again.
-func TestValueRefusedIsNotPulledAgain(t *testing.T) {
-	var asked atomic.Int64
-	m := &testNet{admit: func(e *Signed, _ func(string) (*Signed, bool)) error {
-		asked.Add(1)
+// An entry whose value ReplicaConfig.Value refuses is refused on every
+// path and counted value_refused; a pull skips it, as one an honest peer
+// of an earlier version may hold, and does not ask for it again.
+func TestValueRefused(t *testing.T) {
+	m := &testNet{value: func(e *Signed) error {
 		if strings.Contains(string(e.Value), "bad") {
-			return fmt.Errorf("%w: %s", ErrValueRefused, e.Key)
+			return errors.New("a bad value")
 		}
-		return errors.New("not yet")
+		return nil
 	}}
 	n, m := pairOf(t, &testNet{}, m, true)
 	ctx := context.Background()
-	for _, v := range []string{`{"name":"bad"}`, `{"name":"later"}`} {
-		if _, err := n.r.PutQuiet(ctx, "nodes/"+n.h.ID().String(), []byte(v)); err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			m.r.SyncWith(ctx, n.h.ID())
+	key := "nodes/" + n.h.ID().String()
+	bad, err := n.r.PutQuiet(ctx, key, []byte(`{"name":"bad"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []SyncStats{{Disagreed: 1}, {Skipped: 1}} {
+		st, err := m.r.SyncWith(ctx, n.h.ID())
+		if err != nil || st.Disagreed != want.Disagreed || st.Skipped != want.Skipped {
+			t.Fatalf("pull %d: %+v %v, want %+v", i, st, err, want)
 		}
 	}
-	// bad: fetched once, then skipped; later: fetched at both pulls.
-	if got := asked.Load(); got != 3 {
-		t.Errorf("Admit asked %d times, want 3", got)
+	if err := n.r.Push(ctx, m.h.ID(), bad); err == nil {
+		t.Error("the push was taken")
 	}
-	if _, ok := m.r.Get("nodes/" + n.h.ID().String()); ok {
+	if got := m.r.Rejected()["value_refused"]; got != 2 {
+		t.Errorf("value_refused %d, want 2 (a pull, a push)", got)
+	}
+	if _, ok := m.r.Get(key); ok {
 		t.Error("a refused entry was stored")
+	}
+	if _, err := n.r.PutQuiet(ctx, key, []byte(`{"name":"good"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := m.r.SyncWith(ctx, n.h.ID()); err != nil || st.Applied != 1 {
+		t.Fatalf("a pull of a good version: %+v %v", st, err)
 	}
 }

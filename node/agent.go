@@ -154,7 +154,6 @@ func (n *Node) rejected() map[string]int64 {
 	out["job_list_refused"] = n.jobs.listRefused.Load()
 	out["job_handoff_refused"] = n.jobs.handRefused.Load()
 	out["job_ack_refused"] = n.jobs.ackRefused.Load()
-	out["record_refused"] = n.recordRefused.Load()
 	out["job_handoff_busy"] = n.jobs.handBusy.Load()
 	out["job_handoff_unstored"] = n.jobs.handUnstored.Load()
 	out["plugin_fetch_busy"] = n.sharing.busy.Load()

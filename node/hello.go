@@ -82,7 +82,7 @@ func decodeHello(b []byte) (helloMsg, error) {
 	if !clusterRE().MatchString(h.Cluster) {
 		return helloMsg{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)
 	}
-	if len(h.Name) > maxNameLen || len(h.Version) > 64 || len(h.Boot) > 64 {
+	if len(h.Name) > maxNameLen || len(h.Version) > maxVersionLen || len(h.Boot) > 64 {
 		return helloMsg{}, fmt.Errorf("%w: name, version or boot too long", ErrBadHello)
 	}
 	if !names.Printable(h.Name) || !names.Printable(h.Version) || !names.Printable(h.Boot) {

@@ -59,6 +59,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api/events"
 	"github.com/tribeagent/tribe/node/api/metrics"
@@ -148,8 +149,6 @@ type Node struct {
 	pubsub   *pubsub.PubSub
 	swim     swimState // the failure detector (swim.go)
 	badHello atomic.Int64
-	// recordRefused counts node records admitRecord refused (records.go).
-	recordRefused atomic.Int64
 	// callConnsClosed counts connections opened for a call and closed
 	// after it (useCallConn).
 	callConnsClosed atomic.Int64
@@ -206,6 +205,15 @@ type Node struct {
 	closeErr  error
 }
 
+// hostName is the node's name when none is set: the host's name, or
+// "tribe" where that is none or one other nodes would refuse (records.go).
+func hostName(h string, err error) string {
+	if err != nil || h == "" || len(h) > maxNameLen || !names.Printable(h) {
+		return "tribe"
+	}
+	return h
+}
+
 // New validates cfg, takes the data dir (one node per data dir), loads or
 // creates the identity, and builds the host. It starts nothing.
 func New(cfg Config, deps Deps) (_ *Node, err error) {
@@ -213,9 +221,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, err
 	}
 	if cfg.Name == "" {
-		if cfg.Name, err = os.Hostname(); err != nil || cfg.Name == "" {
-			cfg.Name = "tribe"
-		}
+		cfg.Name = hostName(os.Hostname())
 	}
 	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(), relinking: map[peer.ID]bool{},
 		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1),
@@ -342,9 +348,10 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	// Acks go to the writers only (jobacks.go).
 	rcfg.Direct = gossip.DirectKey
 	// A record must read, with printable text and facts within bounds
-	// (records.go); an ack is taken only of a job held here, from one of
-	// its targets (jobs.go).
-	rcfg.Admit = n.admit
+	// (records.go).
+	rcfg.Value = checkValue
+	// An ack is taken only of a job held here, from one of its targets.
+	rcfg.Admit = n.admitAck
 	// Sync and push slots are kept for the nodes that count, and a node
 	// that does not count holds only its record here (read as entries
 	// and streams come, after initAuthority below).

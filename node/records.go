@@ -2,7 +2,6 @@ package node
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -11,15 +10,21 @@ import (
 	"github.com/tribeagent/tribe/policy"
 )
 
-// errRecordRefused is a node record admitRecord does not take.
-var errRecordRefused = errors.New("node record refused")
-
 // Bounds of what a node says of itself in its record, besides the
 // record's size (gossip.MaxValueLen) and its facts' (policy's bounds).
 const (
 	maxNameLen    = 64  // as --name
 	maxVersionLen = 128 // a build's version string
 )
+
+// recordText is what checkRecord reads of a record: only the fields it
+// checks, so that a later version may change the others.
+type recordText struct {
+	Name    string          `json:"name"`
+	Addrs   []string        `json:"addrs"`
+	Version string          `json:"version"`
+	Facts   json.RawMessage `json:"facts"`
+}
 
 // checkRecord reports why the value of a nodes/<peer> entry cannot be
 // taken: it must read as a record, its name, version and addresses must
@@ -29,7 +34,7 @@ const (
 // and it is held and shown while the node is pending: this is what keeps
 // a stranger's text out of operators' terminals and tables.
 func checkRecord(v []byte) error {
-	var rec nodeRecord
+	var rec recordText
 	if err := json.Unmarshal(v, &rec); err != nil {
 		return fmt.Errorf("not a node record: %w", err)
 	}
@@ -56,25 +61,11 @@ func checkRecord(v []byte) error {
 	return nil
 }
 
-// admitRecord is the replica's Admit for node records (see admit): a
-// record checkRecord refuses is not stored, and counted record_refused;
-// the node's previous record, if any, stays.
-func (n *Node) admitRecord(e *gossip.Signed) error {
-	if e.Deleted {
+// checkValue is the replica's Value (gossip.ReplicaConfig.Value): what an
+// entry's value must hold, whoever sent it. Only node records are checked.
+func checkValue(e *gossip.Signed) error {
+	if e.Deleted || !strings.HasPrefix(e.Key, nodesPrefix) {
 		return nil
 	}
-	if err := checkRecord(e.Value); err != nil {
-		n.recordRefused.Add(1)
-		return fmt.Errorf("%w: %w: %s: %w", gossip.ErrValueRefused, errRecordRefused, e.Key, err)
-	}
-	return nil
-}
-
-// admit is the replica's Admit (gossip.ReplicaConfig.Admit): what the
-// authorisation table cannot check of an entry from a peer.
-func (n *Node) admit(e *gossip.Signed, held func(string) (*gossip.Signed, bool)) error {
-	if strings.HasPrefix(e.Key, nodesPrefix) {
-		return n.admitRecord(e)
-	}
-	return n.admitAck(e, held)
+	return checkRecord(e.Value)
 }

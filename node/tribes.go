@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/tasks"
 	"github.com/tribeagent/tribe/policy"
@@ -109,11 +110,17 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 	if _, err := policy.DecodeJSON(fb); err != nil {
 		return nil, fmt.Errorf("node: facts other nodes would refuse: %w", err)
 	}
-	rec := nodeRecord{Name: n.cfg.Name, Addrs: p2pAddrs(n.host.ID(), n.host.Addrs()), Version: Version, Facts: fb,
+	// An address that is not printable text (an IPv6 zone named oddly)
+	// would make other nodes refuse the whole record (checkRecord).
+	addrs := slices.DeleteFunc(p2pAddrs(n.host.ID(), n.host.Addrs()), func(a string) bool { return !names.Printable(a) })
+	rec := nodeRecord{Name: n.cfg.Name, Addrs: addrs, Version: Version, Facts: fb,
 		Plugins: n.plugins.status(n.registry.Source), Tasks: n.tasks.statuses(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("node: encode own record: %w", err)
+	}
+	if err := checkRecord(b); err != nil { // as other nodes will check it
+		return nil, fmt.Errorf("node: own record other nodes would refuse: %w", err)
 	}
 	if len(b) > gossip.MaxValueLen {
 		hint := ""

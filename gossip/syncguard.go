@@ -89,16 +89,19 @@ const (
 // slot to nobody for that long (see stallCooldown).
 const firstRequestTimeout = 2 * time.Second
 
-// nextRequestTimeout bounds, for a peer that does not count, the wait for
-// each next request of a pull after this node answered the one before.
-// An honest puller asks again as soon as it has checked and stored what
-// the answer brought: at most 2 MiB of entries, well under a second of
-// signature checks. Without it, such a peer held its serving slot for
-// the stream's whole deadline (SyncTimeout, a minute) for one request a
-// minute, and 4 identities (2 streams each) held every slot that is not
-// kept for the nodes that count. One that is late stalled (sync_stalled, stallCooldown); a
-// peer that counts has slots kept for it and keeps the stream's deadline.
-const nextRequestTimeout = 5 * time.Second
+// nextRequestTimeout bounds, for a peer that does not count, each round
+// of a pull after its first request: from the start of this node's
+// answer until the next request has come whole. An honest puller reads
+// the answer and asks again as soon as it has checked and stored what
+// the answer brought (at most 2 MiB of entries: under a second of
+// signature checks, and a store commit). Without it, such a peer held
+// its serving slot for the stream's whole deadline (SyncTimeout, a
+// minute) for one request a minute, by sending nothing or by not reading
+// a large answer, and 4 identities (2 streams each) held every slot that
+// is not kept for the nodes that count. One that is late stalled
+// (sync_stalled, stallCooldown); a peer that counts has slots kept for
+// it and keeps the stream's deadline.
+const nextRequestTimeout = 10 * time.Second
 
 // stallCooldown is the cool-down of a peer that does not count and
 // stalled a stream: without one, a stream that sent one byte of a length

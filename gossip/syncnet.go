@@ -148,18 +148,16 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 	defer r.serving.Release(p)
 	s.SetDeadline(time.Now().Add(r.cfg.SyncTimeout))
 	// The first request must come whole within firstRequest, and from a
-	// peer that does not count each next one within nextRequest of the
-	// answer (else it held its slot for the stream's whole deadline for
-	// one request): a timer rather than a deadline, which bounds the
-	// whole stream (and which some transports, mocknet's, ignore).
+	// peer that does not count each answer must be read and the next
+	// request come within nextRequest (else it held its slot for the
+	// stream's whole deadline for one request): a timer rather than a
+	// deadline, which bounds the whole stream (and which some
+	// transports, mocknet's, ignore).
 	var late atomic.Bool
 	wait := time.AfterFunc(r.firstRequest, func() { late.Store(true); s.Reset() })
 	defer wait.Stop()
 	br := bufio.NewReader(s)
 	for round := range maxRounds + 1 {
-		if round > 0 && !counts {
-			wait.Reset(r.nextRequest)
-		}
 		b, held, err := ReadMsg(br, s.Scope())
 		wait.Stop()
 		if err != nil {
@@ -182,7 +180,14 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 			return
 		}
 		resp := r.respond(req, sc, counts)
+		if !counts {
+			wait.Reset(r.nextRequest)
+		}
 		if err := WriteMsg(s, EncodeResponse(resp)); err != nil {
+			if late.Load() { // the answer not read in time
+				r.stalled(s, "sync", counts, err)
+				return
+			}
 			s.Reset()
 			return
 		}

@@ -875,8 +875,9 @@ func TestSyncSlotsKeptForPeersThatCount(t *testing.T) {
 // firstRequest is reset and counted, and frees its slot; its peer is put
 // in a cool-down of stallCooldown if it does not count, and only counted
 // if it does. Past its first request a stream of a peer that counts
-// keeps the longer deadline; one of a peer that does not must bring each
-// next request within nextRequest, or it stalled too.
+// keeps the longer deadline; one of a peer that does not must read each
+// answer and bring the next request within nextRequest, or it stalled
+// too.
 func TestSyncStall(t *testing.T) {
 	const first = 100 * time.Millisecond
 	mn := mocknet.New()
@@ -957,6 +958,20 @@ func TestSyncStall(t *testing.T) {
 	if !n.r.Penalised(stranger.ID()) {
 		t.Fatal("a stranger that idled between requests is not cooling down")
 	}
+	// A stranger that asks and does not read the answer (mocknet's
+	// streams are pipes: the answer's write waits for the read).
+	n.clock.advance(stallCooldown)
+	s4, err := stranger.NewStream(context.Background(), n.h.ID(), SyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s4.Reset()
+	if err := WriteMsg(s4, EncodeRequest(SyncRequest{Probes: []Probe{{Hash: 1}}})); err != nil {
+		t.Fatal(err)
+	}
+	waitRejected(t, n.r, map[string]int64{"sync_stalled": 4, "sync_penalised": 3})
+	waitFor(t, func() bool { return servingNow(n.r) == 0 })
+
 	// A stranger's pull that asks in time and then ends is no stall.
 	n.clock.advance(stallCooldown)
 	s3, err := stranger.NewStream(context.Background(), n.h.ID(), SyncProtocol)
@@ -975,7 +990,7 @@ func TestSyncStall(t *testing.T) {
 	s3.Close()
 	waitFor(t, func() bool { return servingNow(n.r) == 0 })
 	time.Sleep(2 * first)
-	wantRejected(t, n.r, map[string]int64{"sync_stalled": 3, "sync_penalised": 2})
+	wantRejected(t, n.r, map[string]int64{"sync_stalled": 4, "sync_penalised": 3})
 }
 
 // TestRespondInChunks: the shell's response, made a chunk at a time

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tribeagent/tribe/node"
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -52,7 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "tribe: %s\n", strings.TrimPrefix(err.Error(), "api: "))
+	fmt.Fprintf(stderr, "tribe: %s\n", shownLines(strings.TrimPrefix(err.Error(), "api: ")))
 	// urfave/cli reports a missing required flag with an unexported type.
 	if errors.As(err, new(usageError)) || strings.HasPrefix(err.Error(), "Required flag") {
 		return 2
@@ -222,4 +223,15 @@ func noArgs(c *cli.Context) error {
 		return usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
 	}
 	return nil
+}
+
+// shownLines is s with each of its lines as names.Shown shows it: an
+// error may carry another node's text (a job target's error, a plugin's
+// answer), and a multi-line one (a CEL error's caret) keeps its lines.
+func shownLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = names.Shown(l)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -45,3 +45,16 @@ func TestTablesShowPeersTextEscaped(t *testing.T) {
 		t.Errorf("a call's answer line holds control characters: %q", out)
 	}
 }
+
+// An error is shown line by line: another node's text in it is quoted, a
+// CEL error keeps its caret line.
+func TestErrorLinesShown(t *testing.T) {
+	cel := "ERROR: <input>:1:7: undeclared reference\n | facts.x ==\n | ......^"
+	if got := shownLines(cel); got != cel {
+		t.Errorf("a CEL error changed:\n%s", got)
+	}
+	got := shownLines("job j: node b: exit 1: \x1b]52;c;cm0gLXJmIH4=\x07")
+	if strings.ContainsRune(got, 0x1b) || !strings.Contains(got, `\x1b]52`) {
+		t.Errorf("a target's error reached the terminal as it is: %q", got)
+	}
+}

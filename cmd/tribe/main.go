@@ -16,8 +16,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/tribeagent/tribe/node"
 	"github.com/tribeagent/tribe/internal/names"
+	"github.com/tribeagent/tribe/node"
 	"github.com/tribeagent/tribe/node/api"
 )
 

@@ -27,7 +27,9 @@ func TestTablesShowPeersTextEscaped(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d lines, want a header and 2 rows:\n%s", len(lines), out)
 	}
-	if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && (r < ' ' || r == 0x7f || r >= 0x80 && r < 0xa0 || r == '\u202e') }); i >= 0 {
+	if i := strings.IndexFunc(out, func(r rune) bool {
+		return r != '\n' && (r < ' ' || r == 0x7f || r >= 0x80 && r < 0xa0 || r == '\u202e')
+	}); i >= 0 {
 		t.Fatalf("a control or format character reached the output at %d: %q", i, out)
 	}
 	for _, want := range []string{`"web1\t12D3fake\talive\x1b[2K\r\nevil\u202e"`, `"v\x1b]0;title\a"`, `12D3real`, "db1 (this node)"} {

@@ -46,7 +46,7 @@ func TestWritesArrivingTogetherShareOneCommit(t *testing.T) {
 		t.Errorf("%d writes made %d commits, want 1", writers, got)
 	}
 	st := NewState(r.Trust())
-	if _, _, err := LoadState(r.store, st); err != nil {
+	if _, _, err := LoadState(r.store, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	for i := range writers {
@@ -90,7 +90,7 @@ func TestACommitKeepsTheNewerOfOneKey(t *testing.T) {
 		t.Errorf("changes: newer %d, older %d; want 1 and 0", len(changes[0]), len(changes[1]))
 	}
 	st := NewState(r.Trust())
-	LoadState(r.store, st)
+	LoadState(r.store, st, nil)
 	if e, ok := st.Get("tribes/x"); !ok || string(e.Value) != "new" {
 		t.Fatalf("stored %v, want the newer", e)
 	}
@@ -100,7 +100,7 @@ func TestACommitKeepsTheNewerOfOneKey(t *testing.T) {
 func storedValue(t *testing.T, r *Replica, key string) string {
 	t.Helper()
 	st := NewState(r.Trust())
-	if _, _, err := LoadState(r.store, st); err != nil {
+	if _, _, err := LoadState(r.store, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	e, ok := st.Get(key)

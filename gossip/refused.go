@@ -23,30 +23,35 @@ type refusedVersions struct {
 
 type refusal struct {
 	vhash uint64
-	at    time.Time
+	until time.Time
 }
 
 const (
 	refusedFor = 10 * time.Minute
-	maxRefused = 1 << 16
+	// valueRefusedFor is how long a version refused for its value
+	// (ReplicaConfig.Value, which is pure) is remembered: it never
+	// becomes acceptable, but a new version of the agent may judge it
+	// otherwise after a restart, which forgets it anyway.
+	valueRefusedFor = 24 * time.Hour
+	maxRefused      = 1 << 16
 )
 
 // add remembers that the version vhash of the key hashed kh was refused
-// at now.
-func (r *refusedVersions) add(kh, vhash uint64, now time.Time) {
+// at now, for d.
+func (r *refusedVersions) add(kh, vhash uint64, now time.Time, d time.Duration) {
 	if r.m == nil || len(r.m) >= maxRefused {
 		r.m = map[uint64]refusal{}
 	}
-	r.m[kh] = refusal{vhash: vhash, at: now}
+	r.m[kh] = refusal{vhash: vhash, until: now.Add(d)}
 }
 
-// has reports whether it was refused less than refusedFor before now.
+// has reports whether it is remembered at now.
 func (r *refusedVersions) has(it ItemSummary, now time.Time) bool {
 	f, ok := r.m[it.KeyHash]
 	if !ok {
 		return false
 	}
-	if f.vhash != it.VersionHash || now.Sub(f.at) >= refusedFor {
+	if f.vhash != it.VersionHash || !now.Before(f.until) {
 		delete(r.m, it.KeyHash)
 		return false
 	}

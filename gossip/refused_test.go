@@ -9,7 +9,7 @@ import (
 // the memory empties itself when full.
 func TestRefusedVersions(t *testing.T) {
 	var r refusedVersions
-	r.add(1, 10, t0)
+	r.add(1, 10, t0, refusedFor)
 	for _, c := range []struct {
 		it   ItemSummary
 		at   time.Duration
@@ -24,12 +24,12 @@ func TestRefusedVersions(t *testing.T) {
 			t.Errorf("%+v at +%v: %v, want %v", c.it, c.at, got, c.want)
 		}
 	}
-	r.add(1, 10, t0)
+	r.add(1, 10, t0, refusedFor)
 	if r.has(ItemSummary{KeyHash: 1, VersionHash: 10}, t0.Add(refusedFor)) {
 		t.Error("remembered past refusedFor")
 	}
 	for i := range maxRefused + 1 {
-		r.add(uint64(i), 1, t0)
+		r.add(uint64(i), 1, t0, refusedFor)
 	}
 	if len(r.m) > maxRefused {
 		t.Errorf("%d remembered, at most %d", len(r.m), maxRefused)

@@ -66,11 +66,11 @@ type ReplicaConfig struct {
 	// with the authorisation table's checks, on every path. An entry it
 	// refuses is refused as one the table refuses for a reason an honest
 	// peer can have (an agent of an earlier version may hold it):
-	// counted value_refused, skipped by a pull and not asked for again
-	// for a while (refusedVersions), dropped by pubsub, and its author's
-	// score falls if it sent it itself. It must be fast (it runs before
-	// pubsub relays an entry), pure, and safe for concurrent use; its
-	// errors need not wrap ErrValueRefused.
+	// counted value_refused, skipped by a pull (outside its budget of
+	// disagreements) and not asked for again for a day (refusedVersions),
+	// dropped by pubsub, and not loaded from the store. It must be fast
+	// (it runs before pubsub relays an entry), pure, and safe for
+	// concurrent use; its errors need not wrap ErrValueRefused.
 	Value func(e *Signed) error
 	// Counts, if set, reports whether a peer counts: a trusted writer, or
 	// a node a trusted writer admitted (authority.Rules.Counts). Sync and
@@ -175,7 +175,7 @@ func NewReplica(h host.Host, key crypto.PrivKey, store *Store, cfg ReplicaConfig
 	r.pulling.Max, r.pulling.PerPeer, r.pulling.Reserved = maxPulling, maxPullingPerPeer, pullingReserved
 	r.firstRequest, r.nextRequest = firstRequestTimeout, nextRequestTimeout
 	r.trust.Store(&cfg.Trust)
-	loaded, skipped, err := LoadState(store, r.state)
+	loaded, skipped, err := LoadState(store, r.state, cfg.Value)
 	if err != nil {
 		return nil, err
 	}
@@ -685,7 +685,7 @@ func (r *Replica) SetTrust(t Trust) (changed int, err error) {
 	r.mu.Lock()
 	st := NewState(t)
 	st.SetDirect(r.cfg.Direct)
-	loaded, skipped, err := LoadState(r.store, st)
+	loaded, skipped, err := LoadState(r.store, st, r.cfg.Value)
 	if err != nil {
 		r.mu.Unlock()
 		return 0, err
@@ -741,17 +741,20 @@ func (r *Replica) validate(_ context.Context, from peer.ID, m *pubsub.Message) p
 
 // honestMayRelay reports whether an honest peer could have sent an entry
 // refused with err: one signed and well formed that its own rules allow
-// and ours do not (another version's key kinds, a trust list being rolled
-// out, a clock ahead), written by someone else. Bytes that do not open or
-// verify, oversized ones, and the sender's own entries that break the
-// rules or carry a value refused here are its doing: pubsub rejects them
-// and lowers its score.
+// and ours do not (another version's key kinds or values, a trust list
+// being rolled out, a clock ahead), written by someone else. Bytes that
+// do not open or verify, oversized ones, and the sender's own entries
+// that break the rules are its doing: pubsub rejects them and lowers its
+// score. A value refused here is only ignored, even from its author:
+// pubsub marks a rejected message invalid whoever delivers it (the
+// message ID is its content's hash), so an author that sent its bad
+// record here and to a peer of an earlier version, which takes it and
+// passes it on, would lower that honest peer's score too.
 func honestMayRelay(err error, e *Signed, from peer.ID) bool {
 	if !disagreement(err) {
 		return false
 	}
-	own := errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrValueRefused)
-	return !own || e.Author != from
+	return errors.Is(err, ErrValueRefused) || !errors.Is(err, ErrUnauthorized) || e.Author != from
 }
 
 // receive applies validated entries from the topic. Entries that queued

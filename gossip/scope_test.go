@@ -141,7 +141,7 @@ func TestForget(t *testing.T) {
 		t.Fatalf("watchers saw %+v, want the ack gone", seen)
 	}
 	st := NewState(Trust{})
-	if _, _, err := LoadState(n.r.store, st); err != nil {
+	if _, _, err := LoadState(n.r.store, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := st.Version(ack); ok {

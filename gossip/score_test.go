@@ -28,6 +28,10 @@ func TestHonestMayRelay(t *testing.T) {
 		{"another's entry, unauthorised here", ErrUnauthorized, other, true},
 		{"a key kind this version does not know", ErrUnknownKey, author, true},
 		{"a clock ahead", ErrFromFuture, author, true},
+		// Rejected, it would lower the score of an earlier version's
+		// node that took it and passed it on (one message ID).
+		{"its own entry, a value refused here", ErrValueRefused, author, true},
+		{"another's entry, a value refused here", ErrValueRefused, other, true},
 	} {
 		if got := honestMayRelay(fmt.Errorf("gossip: %w", c.err), e, c.from); got != c.want {
 			t.Errorf("%s: honestMayRelay = %v, want %v", c.name, got, c.want)

@@ -279,9 +279,10 @@ func (s *Store) Close() error { return s.db.Close() }
 
 // LoadState fills st from the store. An entry that does not open (bad
 // bytes, bad signature) is corruption and an error; one the trust list no
-// longer authorises is skipped and reported in skipped, since trust may
-// change between runs.
-func LoadState(s *Store, st *State) (loaded, skipped int, err error) {
+// longer authorises, or whose value value (if set: ReplicaConfig.Value)
+// refuses, is skipped and reported in skipped, since trust and the rules
+// may change between runs.
+func LoadState(s *Store, st *State, value func(*Signed) error) (loaded, skipped int, err error) {
 	err = s.Load(func(key string, raw []byte) error {
 		e, err := Open(raw)
 		if err != nil {
@@ -289,6 +290,10 @@ func LoadState(s *Store, st *State) (loaded, skipped int, err error) {
 		}
 		if e.Key != key {
 			return corrupt(s.path, "key %q holds an entry for %q", key, e.Key)
+		}
+		if value != nil && value(e) != nil {
+			skipped++ // taken by an earlier version that did not check it
+			return nil
 		}
 		if _, err := st.Apply(e, time.Time{}); err != nil {
 			skipped++

@@ -37,12 +37,23 @@ func TestStoreRoundTripAndTrustChanges(t *testing.T) {
 	}
 	defer st.Close()
 	s := NewState(NewTrust(a.id)) // b is no longer trusted
-	loaded, skipped, err := LoadState(st, s)
+	loaded, skipped, err := LoadState(st, s, nil)
 	if err != nil || loaded != 1 || skipped != 1 {
 		t.Fatalf("loaded %d skipped %d: %v", loaded, skipped, err)
 	}
 	if _, ok := s.Get("tribes/core"); !ok {
 		t.Fatal("trusted entry not loaded")
+	}
+	// An entry whose value the rules now refuse is skipped too.
+	s = NewState(NewTrust(a.id))
+	loaded, skipped, err = LoadState(st, s, func(e *Signed) error {
+		if e.Key == "tribes/core" {
+			return errors.New("refused")
+		}
+		return nil
+	})
+	if err != nil || loaded != 0 || skipped != 2 {
+		t.Fatalf("with a value check: loaded %d skipped %d: %v", loaded, skipped, err)
 	}
 }
 
@@ -64,7 +75,7 @@ func TestCorruptStoreIsReportedNotReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(entriesBucket).Put([]byte("tribes/x"), []byte("junk")) })
-	if _, _, err := LoadState(st, NewState(NewTrust())); !errors.Is(err, ErrCorruptStore) || !strings.Contains(err.Error(), path) {
+	if _, _, err := LoadState(st, NewState(NewTrust()), nil); !errors.Is(err, ErrCorruptStore) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("corrupt entry: %v", err)
 	}
 	st.Close()
@@ -112,7 +123,7 @@ func openAndLoad(path string) error {
 		return err
 	}
 	defer st.Close()
-	_, _, err = LoadState(st, NewState(NewTrust()))
+	_, _, err = LoadState(st, NewState(NewTrust()), nil)
 	return err
 }
 
@@ -213,7 +224,7 @@ func TestLoadReportsDamageMetAfterOpen(t *testing.T) {
 	seeded{rand.New(rand.NewPCG(3, 3))}.Read(junk)
 	f.WriteAt(junk, int64(id*ps))
 	f.Close()
-	if _, _, err := LoadState(st, NewState(NewTrust())); !errors.Is(err, ErrCorruptStore) || !strings.Contains(err.Error(), path) {
+	if _, _, err := LoadState(st, NewState(NewTrust()), nil); !errors.Is(err, ErrCorruptStore) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("load over a damaged page: %v", err)
 	}
 }

@@ -44,8 +44,9 @@ type SyncStats struct {
 	Fetched int // entries received
 	Applied int // entries that changed the state
 	// Disagreed counts entries skipped as not for this node (see
-	// disagreement).
-	Disagreed int
+	// disagreement), ValueRefused those of them refused for their value
+	// (ReplicaConfig.Value), which maxDisagreements does not bound.
+	Disagreed, ValueRefused int
 	// Shared counts entries this pull did not ask for because another
 	// pull of this replica was fetching the same version (see fetching).
 	Shared int
@@ -484,25 +485,40 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 	now := r.now()
 	ok := make([]*Signed, 0, len(raws))
 	var refused error
+	disagreed := st.Disagreed - st.ValueRefused
 	for _, raw := range raws {
 		e, err := Open(raw)
 		if err == nil {
 			err = r.check(e, now)
+		}
+		if err != nil && errors.Is(err, ErrValueRefused) {
+			// A value this version refuses, which an earlier one may have
+			// taken: skipped, counted, and remembered for long (Value is
+			// pure), outside the budget below, so that a stranger's many
+			// bad records held by older peers cannot end every pull.
+			st.Disagreed++
+			st.ValueRefused++
+			r.counters.reject(err)
+			r.mu.Lock()
+			r.refused.add(keyHash(e.Key), versionHash(e), now, valueRefusedFor)
+			r.mu.Unlock()
+			continue
 		}
 		if err != nil && disagreement(err) {
 			// Signed and well formed, but not for this node: an honest
 			// peer can hold it (another version's key kinds, a trust list
 			// being rolled out, a clock ahead of ours). Skipped, counted,
 			// and only so many per pull.
-			if st.Disagreed < maxDisagreements {
+			if disagreed < maxDisagreements {
+				disagreed++
 				st.Disagreed++
 				r.counters.reject(err)
 				r.mu.Lock()
-				r.refused.add(keyHash(e.Key), versionHash(e), now)
+				r.refused.add(keyHash(e.Key), versionHash(e), now, refusedFor)
 				r.mu.Unlock()
 				continue
 			}
-			refused = fmt.Errorf("%w after %d: %w", errDisagreed, st.Disagreed, err)
+			refused = fmt.Errorf("%w after %d: %w", errDisagreed, disagreed, err)
 			break
 		}
 		if err != nil {

@@ -1099,10 +1099,30 @@ func TestValueRefused(t *testing.T) {
 	if _, ok := m.r.Get(key); ok {
 		t.Error("a refused entry was stored")
 	}
+	// Remembered for a day, not for refusedFor: the value never changes.
+	m.clock.advance(refusedFor + time.Minute)
+	if st, err := m.r.SyncWith(ctx, n.h.ID()); err != nil || st.Skipped != 1 || st.Fetched != 0 {
+		t.Fatalf("a pull past refusedFor: %+v %v, want the version still skipped", st, err)
+	}
 	if _, err := n.r.PutQuiet(ctx, key, []byte(`{"name":"good"}`)); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := m.r.SyncWith(ctx, n.h.ID()); err != nil || st.Applied != 1 {
 		t.Fatalf("a pull of a good version: %+v %v", st, err)
+	}
+
+	// More refused values than a pull's budget of disagreements do not
+	// end it: what comes with them is pulled.
+	for i := range 2 * maxDisagreements {
+		if _, err := n.r.PutQuiet(ctx, fmt.Sprintf("tribes/t%03d", i), []byte(`"bad"`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.r.PutQuiet(ctx, "tribes/zz", []byte(`"good"`)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.r.SyncWith(ctx, n.h.ID())
+	if _, ok := m.r.Get("tribes/zz"); err != nil || !ok || st.ValueRefused != 2*maxDisagreements {
+		t.Fatalf("a pull past %d refused values: %+v %v, tribes/zz held %v", maxDisagreements, st, err, ok)
 	}
 }

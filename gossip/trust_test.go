@@ -108,7 +108,7 @@ func TestSetTrustKeepsEntriesAppliedBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := NewState(NewTrust())
-	if _, _, err := LoadState(r.store, st); err != nil {
+	if _, _, err := LoadState(r.store, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{gossiped.Key, own.Key} {

@@ -248,7 +248,7 @@ func TestTargetSyncsOnceAJob(t *testing.T) {
 	key := ackKey(last.ID, b.ID())
 	waitFor(t, "b to store its last ack", func() bool {
 		st := gossip.NewState(b.replica.Trust())
-		if _, _, err := gossip.LoadState(b.store, st); err != nil {
+		if _, _, err := gossip.LoadState(b.store, st, nil); err != nil {
 			t.Fatal(err)
 		}
 		e, ok := st.Get(key)

@@ -172,7 +172,7 @@ func TestTargetCrashedBeforeItStoredItsAck(t *testing.T) {
 			t.Fatal(err)
 		}
 		kept := gossip.NewState(gossip.NewTrust())
-		_, _, err = gossip.LoadState(st, kept)
+		_, _, err = gossip.LoadState(st, kept, nil)
 		st.Close()
 		if err != nil {
 			t.Fatal(err)

@@ -91,7 +91,8 @@ const firstRequestTimeout = 2 * time.Second
 
 // nextRequestTimeout bounds, for a peer that does not count, each round
 // of a pull after its first request: from the start of this node's
-// answer until the next request has come whole. An honest puller reads
+// answer until the next request has come whole, plus the answer's
+// slowLinkTime. An honest puller reads
 // the answer and asks again as soon as it has checked and stored what
 // the answer brought (at most 2 MiB of entries: under a second of
 // signature checks, and a store commit). Without it, such a peer held
@@ -102,6 +103,14 @@ const firstRequestTimeout = 2 * time.Second
 // (sync_stalled, stallCooldown); a peer that counts has slots kept for
 // it and keeps the stream's deadline.
 const nextRequestTimeout = 10 * time.Second
+
+// slowLinkTime is what sending n bytes adds to nextRequestTimeout: the
+// time they take at 256 KiB/s (2 Mbit/s), so that an honest pending node
+// on a slow link is not taken for one that does not read (a 4 MiB answer
+// adds 16 s).
+func slowLinkTime(n int) time.Duration {
+	return time.Duration(n) * time.Second / (256 << 10)
+}
 
 // stallCooldown is the cool-down of a peer that does not count and
 // stalled a stream: without one, a stream that sent one byte of a length

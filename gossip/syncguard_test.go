@@ -119,3 +119,14 @@ func TestSlotsReserved(t *testing.T) {
 		t.Fatal("a stranger got a slot while the reserved ones are taken by peers that count")
 	}
 }
+
+func TestSlowLinkTime(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{0, 0}, {256 << 10, time.Second}, {MaxSyncMessage, 16 * time.Second}} {
+		if got := slowLinkTime(c.n); got != c.want {
+			t.Errorf("slowLinkTime(%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+}

@@ -180,11 +180,11 @@ func (r *Replica) serveSyncIn(s network.Stream, sc Scope) {
 			r.refuseSync(s, "serve", err)
 			return
 		}
-		resp := r.respond(req, sc, counts)
+		msg := EncodeResponse(r.respond(req, sc, counts))
 		if !counts {
-			wait.Reset(r.nextRequest)
+			wait.Reset(r.nextRequest + slowLinkTime(len(msg)))
 		}
-		if err := WriteMsg(s, EncodeResponse(resp)); err != nil {
+		if err := WriteMsg(s, msg); err != nil {
 			if late.Load() { // the answer not read in time
 				r.stalled(s, "sync", counts, err)
 				return

@@ -209,7 +209,7 @@ func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 		defer cancel()
 	}
 	asJSON := flagBool(c, "json")
-	enc := json.NewEncoder(c.App.Writer)
+	enc := jsonEncoder(c.App.Writer)
 	tw := table(c.App.Writer)
 	header := false
 	ended, ok := 0, 0

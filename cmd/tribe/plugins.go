@@ -186,7 +186,7 @@ Examples:
 			tbl := callTable{w: w}
 			sum, err := client(c).Call(c.Context, req, func(r api.CallResult) {
 				if asJSON {
-					json.NewEncoder(w).Encode(r)
+					jsonEncoder(w).Encode(r)
 					return
 				}
 				tbl.row(r)
@@ -195,7 +195,7 @@ Examples:
 				return err
 			}
 			if asJSON {
-				json.NewEncoder(c.App.ErrWriter).Encode(map[string]api.CallSummary{"summary": sum})
+				jsonEncoder(c.App.ErrWriter).Encode(map[string]api.CallSummary{"summary": sum})
 			} else {
 				fmt.Fprintf(w, "%s: %d answered, %d failed, %d timed out in %.1f ms\n", plural(sum.Targets, "node"), sum.Answered, sum.Failed, sum.TimedOut, sum.MS)
 			}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/tribeagent/tribe/node/api"
 )
@@ -58,5 +60,25 @@ func TestErrorLinesShown(t *testing.T) {
 	got := shownLines("job j: node b: exit 1: \x1b]52;c;cm0gLXJmIH4=\x07")
 	if strings.ContainsRune(got, 0x1b) || !strings.Contains(got, `\x1b]52`) {
 		t.Errorf("a target's error reached the terminal as it is: %q", got)
+	}
+}
+
+// --json output has no rune a terminal would obey, and decodes to the
+// same text.
+func TestJSONOutputEscapesWhatIsNotPrintable(t *testing.T) {
+	in := api.Node{Name: "db\u202e1\u009b[2J\x7f\u00a0ž😀", Facts: map[string]any{"k": "\x1b]52;c;x\x07"}}
+	var b bytes.Buffer
+	if err := printJSON(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	if i := strings.IndexFunc(b.String(), func(r rune) bool { return r == 0x7f || r >= 0x80 && !unicode.IsPrint(r) || r < ' ' && r != '\n' }); i >= 0 {
+		t.Fatalf("a rune that is not printable at %d: %q", i, b.String())
+	}
+	if !strings.Contains(b.String(), `\u202e`) || !strings.Contains(b.String(), "ž😀") {
+		t.Errorf("escapes or printable runes wrong: %s", b.String())
+	}
+	var out api.Node
+	if err := json.Unmarshal(b.Bytes(), &out); err != nil || out.Name != in.Name || out.Facts["k"] != in.Facts["k"] {
+		t.Fatalf("decoded %+v, %v; want %+v", out, err, in)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -138,9 +141,50 @@ func row(w io.Writer, cells ...any) {
 }
 
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	enc := jsonEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// jsonEncoder is the CLI's JSON encoder: Go's, whose output then has
+// every rune that is not printable (and DEL) as a \u escape. Go escapes
+// the control characters under 0x20 in strings, but writes DEL, the C1
+// controls (U+009B is a terminal's CSI) and bidi overrides as they are,
+// and --json output is often read in a terminal. The escapes decode to
+// the same strings.
+func jsonEncoder(w io.Writer) *json.Encoder { return json.NewEncoder(printableJSON{w}) }
+
+// printableJSON writes JSON with its non-printable runes escaped. Each
+// Write is one whole value (json.Encoder writes one per Encode), and
+// outside strings JSON is printable ASCII and whitespace, so every such
+// rune is in a string, where a \u escape means it.
+type printableJSON struct{ w io.Writer }
+
+func (p printableJSON) Write(b []byte) (int, error) {
+	i := 0
+	for i < len(b) && b[i] < 0x7f {
+		i++
+	}
+	if i == len(b) {
+		return p.w.Write(b) // all ASCII, no DEL: the common case
+	}
+	out := append(make([]byte, 0, len(b)+16), b[:i]...)
+	for _, r := range string(b[i:]) {
+		switch {
+		case r < 0x7f:
+			out = append(out, byte(r))
+		case r != 0x7f && unicode.IsPrint(r):
+			out = utf8.AppendRune(out, r)
+		default:
+			for _, u := range utf16.AppendRune(nil, r) {
+				out = fmt.Appendf(out, `\u%04x`, u)
+			}
+		}
+	}
+	if _, err := p.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // nonZero lists the counters above zero as "name n, ...", sorted.

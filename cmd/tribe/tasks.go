@@ -131,7 +131,7 @@ are not watched); a member serves at most 64 watchers.`,
 					ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 					defer stop()
 					asJSON := flagBool(c, "json")
-					enc := json.NewEncoder(c.App.Writer)
+					enc := jsonEncoder(c.App.Writer)
 					name := c.Args().First()
 					ready := func() { fmt.Fprintf(c.App.ErrWriter, "watching task %s; Ctrl-C to stop\n", name) }
 					return client(c).WatchTask(ctx, name, ready, func(r api.TaskRun) {

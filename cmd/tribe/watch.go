@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -37,7 +36,7 @@ state key starts with it (liveness events carry nodes/<peer>).`,
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			asJSON := flagBool(c, "json")
-			enc := json.NewEncoder(c.App.Writer)
+			enc := jsonEncoder(c.App.Writer)
 			ready := func() { fmt.Fprintln(c.App.ErrWriter, "watching events; Ctrl-C to stop") }
 			return client(c).Watch(ctx, c.String("prefix"), ready, func(e events.Event) {
 				if asJSON {

@@ -135,7 +135,11 @@ type Replica struct {
 	sharedWaits atomic.Int64
 	fetching    fetching        // what pulls are fetching now (guarded by mu)
 	refused     refusedVersions // versions pulls refused lately (guarded by mu)
-	pullIDs     atomic.Uint64
+	// queue holds the peers whose pull waits for a slot, in order, and
+	// queued the same as a set (queuePull; guarded by mu).
+	queue   []peer.ID
+	queued  map[peer.ID]bool
+	pullIDs atomic.Uint64
 	// meshSince is when the first peer joined the topic (UnixNano; 0
 	// before): relayFresh waits for this node's mesh to form.
 	meshSince atomic.Int64

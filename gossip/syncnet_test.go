@@ -1126,3 +1126,61 @@ func TestValueRefused(t *testing.T) {
 		t.Fatalf("a pull past %d refused values: %+v %v, tribes/zz held %v", maxDisagreements, st, err, ok)
 	}
 }
+
+// A pull asked for while every pull slot is taken waits for one, and is
+// made: dropped (as it was), entries of the peers behind the bound
+// waited for the periodic sync (a join storm on one seed took 4x longer
+// to converge).
+func TestPullsPastTheBoundWaitForASlot(t *testing.T) {
+	ctx := context.Background()
+	n := newTestNet(t)
+	n.r.pulling.Max, n.r.pulling.Reserved = 1, 0
+	n.r.meshSince.Store(1) // no pulls while joining: only the test's
+	var peers []*testNet
+	for range 3 {
+		h, err := n.mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &testNet{mn: n.mn}
+		m.start(t, h)
+		n.connect(t, h)
+		peers = append(peers, m)
+	}
+	idle := func() bool {
+		n.r.mu.Lock()
+		defer n.r.mu.Unlock()
+		return n.r.pulling.InUse() == 0 && len(n.r.queue) == 0
+	}
+	waitFor(t, idle) // the topic joins' pulls
+	// The one slot taken (a late topic join's pull may hold it a moment):
+	// the three pulls asked for wait, and are made once it is free.
+	busy := peer.ID("busy")
+	waitFor(t, func() bool { return n.r.startPull(busy) })
+	var keys []string
+	for _, m := range peers {
+		e, err := m.r.PutQuiet(ctx, "nodes/"+m.h.ID().String(), []byte(`{"name":"x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, e.Key)
+	}
+	for _, m := range peers {
+		n.r.spawnPull(m.h.ID())
+	}
+	for _, k := range keys {
+		if _, ok := n.r.Get(k); ok {
+			t.Fatalf("%s pulled with no slot free", k)
+		}
+	}
+	n.r.endPull(busy)
+	waitFor(t, func() bool {
+		for _, k := range keys {
+			if _, ok := n.r.Get(k); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, idle)
+}

@@ -491,7 +491,7 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 		if err == nil {
 			err = r.check(e, now)
 		}
-		if err != nil && errors.Is(err, ErrValueRefused) {
+		if errors.Is(err, ErrValueRefused) {
 			// A value this version refuses, which an earlier one may have
 			// taken: skipped, counted, and remembered for long (Value is
 			// pure), outside the budget below, so that a stranger's many

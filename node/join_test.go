@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/tribeagent/tribe/internal/syncbuf"
@@ -148,11 +147,7 @@ func TestPeersFoundThroughTheirRecords(t *testing.T) {
 // joinUnheard has passed: the node does not sit on a connection that
 // never made it a peer.
 func TestJoinPeerSilentIsDialledAgain(t *testing.T) {
-	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := listeningHost(t)
 	var conns atomic.Int32
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) { conns.Add(1) }})
 

@@ -78,9 +78,11 @@ type pair struct {
 	block          *blocker
 }
 
-func newHost(t *testing.T) host.Host {
+// newHost is a libp2p host on loopback TCP with opts, closed when the
+// test ends.
+func newHost(t *testing.T, opts ...libp2p.Option) host.Host {
 	t.Helper()
-	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay())
+	h, err := libp2p.New(append([]libp2p.Option{libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,13 +94,7 @@ func (p *stallProxy) close() {
 // (5 s by default), so that a stalled dial times out quickly.
 func quickDialer(t *testing.T) host.Host {
 	t.Helper()
-	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(),
-		libp2p.SwarmOpts(swarm.WithDialTimeout(300*time.Millisecond), swarm.WithDialTimeoutLocal(300*time.Millisecond)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	return newHost(t, libp2p.SwarmOpts(swarm.WithDialTimeout(300*time.Millisecond), swarm.WithDialTimeoutLocal(300*time.Millisecond)))
 }
 
 // tcpAddr is h's TCP address on loopback as HOST:PORT.

@@ -46,12 +46,7 @@ func callHost(t *testing.T) host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(), libp2p.ResourceManager(rm))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	return newHost(t, libp2p.ResourceManager(rm))
 }
 
 func TestFloodFromOneCallerIsRefusedAsBusyAndCounted(t *testing.T) {
@@ -153,11 +148,7 @@ func TestCallAtTheOutboundLimitSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caller, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(), libp2p.ResourceManager(rm))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { caller.Close() })
+	caller := newHost(t, libp2p.ResourceManager(rm))
 	caller.Peerstore().AddAddrs(callee.ID(), callee.Addrs(), time.Minute)
 	r := Call(context.Background(), caller, callee.ID(), Request{ID: "1", Plugin: "echo", Method: "echo"})
 	if r.Code != CodeBusy || !strings.Contains(r.Error, "limit") || !strings.Contains(r.Error, "system") {

@@ -19,6 +19,7 @@ func echoToAll(t testing.TB, s *Sim, limit time.Duration) {
 	if _, err := s.WaitFor(ctx, limit, func() bool { return len(caller.Replica().Prefix("nodes/")) == n }); err != nil {
 		t.Fatalf("node 0 holds %d of %d node records", len(caller.Replica().Prefix("nodes/")), n)
 	}
+	t.Logf("node 0 holds all %d node records", n)
 	if _, err := caller.CreateTribe(ctx, "all"); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +48,7 @@ func echoToAll(t testing.TB, s *Sim, limit time.Duration) {
 	if _, err := s.WaitFor(ctx, limit, func() bool { return loaded() == n }); err != nil {
 		t.Fatalf("echo loaded on %d of %d members", loaded(), n)
 	}
+	t.Logf("echo loaded on all %d members", n)
 }
 
 // callAll has node 0 call echo on tribe "all" (see echoToAll) and fails

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +90,25 @@ func (testMethods) Env(ctx context.Context, _ json.RawMessage) ([]string, error)
 	return os.Environ(), nil
 }
 
+// Spawn starts `sleep 60` in the background and returns its pid: in the
+// plugin's process group, holding none of its pipes, or (how "setsid")
+// in a session of its own, holding its stderr.
+func (testMethods) Spawn(ctx context.Context, how string) (int, error) {
+	return spawnSleeper(how == "setsid")
+}
+
+func spawnSleeper(setsid bool) (int, error) {
+	cmd := exec.Command("sleep", "60")
+	if setsid {
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	return cmd.Process.Pid, nil
+}
+
 func (testMethods) Fail(ctx context.Context, _ json.RawMessage) (string, error) {
 	return "partial output", errors.New("it went wrong")
 }
@@ -97,6 +119,11 @@ func fakePlugin(name string) {
 		fmt.Println("hello, I am not a tribe plugin")
 		time.Sleep(time.Hour)
 	case "silent":
+		time.Sleep(time.Hour)
+	case "escaper": // leaves a child that holds its stderr, then says nothing
+		if pid, err := spawnSleeper(true); err == nil {
+			os.WriteFile(os.Getenv("TMPDIR")+"/escaper.pid", []byte(strconv.Itoa(pid)), 0o644)
+		}
 		time.Sleep(time.Hour)
 	case "wrongname":
 		sdk.Main(sdk.Info{Name: "other", Version: "1", Kind: "processor"}, testMethods{})
@@ -212,7 +239,7 @@ func TestHandshakeAndCall(t *testing.T) {
 	if p.Name() != "good" || p.Version() != "1.2.3" || p.Kind() != "processor" {
 		t.Fatalf("handshake: %s %s %s", p.Name(), p.Version(), p.Kind())
 	}
-	if want := []string{"complain", "crash", "echo", "env", "fail", "flood", "garble", "hang", "huge", "sleep"}; !equal(p.Methods(), want) {
+	if want := []string{"complain", "crash", "echo", "env", "fail", "flood", "garble", "hang", "huge", "sleep", "spawn"}; !equal(p.Methods(), want) {
 		t.Fatalf("methods %v, want %v", p.Methods(), want)
 	}
 	if out, err := call(p, time.Second, "echo", `{"a":[1,2]}`); err != nil || out != `{"a":[1,2]}` {
@@ -441,6 +468,92 @@ func TestStderrAndClose(t *testing.T) {
 	}
 	if _, err := call(p, time.Second, "echo", `1`); err == nil {
 		t.Fatal("a stopped plugin answered")
+	}
+}
+
+// alive reports whether process pid runs (a zombie has ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, after, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(after, "Z") && !strings.HasPrefix(after, "X")
+}
+
+func killAtCleanup(t *testing.T, pid int) {
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+}
+
+// What a plugin leaves running in its process group ends with it, whether
+// it is stopped or exits by itself.
+func TestChildrenEndWithThePlugin(t *testing.T) {
+	for _, stop := range []string{"close", "crash"} {
+		t.Run(stop, func(t *testing.T) {
+			p := start(t, "good", &syncbuf.Buffer{})
+			out, err := call(p, 5*time.Second, "spawn", `"group"`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, _ := strconv.Atoi(out)
+			killAtCleanup(t, pid)
+			if !alive(pid) {
+				t.Fatalf("the child %d did not start", pid)
+			}
+			first := p.current()
+			if stop == "close" {
+				p.Close()
+			} else {
+				call(p, time.Second, "crash", `null`)
+				waitFor(t, "a restart", func() bool { return restarted(p, first) })
+			}
+			waitFor(t, "the child's end", func() bool { return !alive(pid) })
+		})
+	}
+}
+
+// A child that left the plugin's process group (setsid) and holds its
+// stderr open delays neither Close nor a failed start: the agent reads
+// what is left for drainWait, not until that child ends.
+func TestAChildOutsideTheGroupHoldsNothingUp(t *testing.T) {
+	p := start(t, "good", &syncbuf.Buffer{})
+	out, err := call(p, 5*time.Second, "spawn", `"setsid"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(out)
+	killAtCleanup(t, pid)
+	closed := make(chan struct{})
+	go func() {
+		p.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a child that left the plugin's group")
+	}
+
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	cfg := testConfig(&syncbuf.Buffer{})
+	cfg.HandshakeTimeout = 300 * time.Millisecond
+	started := make(chan error, 1)
+	go func() {
+		_, err := Start(pluginPath(t, "escaper"), cfg)
+		started <- err
+	}()
+	select {
+	case err := <-started:
+		if err == nil || !strings.Contains(err.Error(), "no handshake answer within") {
+			t.Errorf("start: %v, want no handshake", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failed start waited for a child that left the plugin's group")
+	}
+	if b, err := os.ReadFile(filepath.Join(tmp, "escaper.pid")); err == nil {
+		pid, _ := strconv.Atoi(string(b))
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

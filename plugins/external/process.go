@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tribeagent/tribe/internal/rawpipe"
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
@@ -91,29 +93,24 @@ const textBusyTries = 5
 
 // startProcess runs the executable at path.
 func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, error) {
-	// Our own pipes for stdin and stdout, not StdinPipe and StdoutPipe:
-	// both are used with raw system calls (rawpipe), and stdout is read
-	// by the calls, so Wait must not close it under them.
-	stdinR, stdin, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	// Our own pipes, not StdinPipe and friends: stdin and stdout are used
+	// with raw system calls (rawpipe), stdout is read by the calls and
+	// stderr by the logger, so Wait must not close them under their
+	// readers, and reading either must be able to stop at a deadline (a
+	// child the plugin left could hold them open for good).
+	var ends [6]*os.File // stdin's read and write, stdout's, stderr's
+	var err error
+	for i := 0; i < len(ends) && err == nil; i += 2 {
+		ends[i], ends[i+1], err = os.Pipe()
 	}
-	stdout, stdoutW, err := os.Pipe()
-	if err != nil {
-		stdinR.Close()
-		stdin.Close()
-		return nil, err
-	}
+	stdinR, stdin, stdout, stdoutW, stderr, stderrW := ends[0], ends[1], ends[2], ends[3], ends[4], ends[5]
 	var cmd *exec.Cmd
-	var stderr io.ReadCloser
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; err == nil; attempt++ {
 		cmd = exec.Command(path)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Env = pluginEnv(name)
-		cmd.Stdin, cmd.Stdout = stdinR, stdoutW
-		if stderr, err = cmd.StderrPipe(); err == nil {
-			err = cmd.Start()
-		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+		err = cmd.Start()
 		// "text file busy": a child this process forked elsewhere (an
 		// exec command, another plugin) just as the file was written
 		// (a shared plugin installed a moment ago) holds it open for
@@ -121,32 +118,58 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		if !errors.Is(err, syscall.ETXTBSY) || attempt == textBusyTries-1 {
 			break
 		}
+		err = nil
 		time.Sleep(time.Duration(10<<attempt) * time.Millisecond)
 	}
-	stdinR.Close() // the child's ends
-	stdoutW.Close()
-	in, out := rawpipe.FromFile(stdin), rawpipe.FromFile(stdout)
-	if err == nil && (in == nil || out == nil) { // cannot happen: os.Pipe's files are pollable
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
-		err = errors.New("its pipes cannot be polled")
+	for _, f := range []*os.File{stdinR, stdoutW, stderrW} { // the child's ends
+		if f != nil {
+			f.Close()
+		}
+	}
+	var in, out *rawpipe.Pipe
+	if err == nil {
+		if in, out = rawpipe.FromFile(stdin), rawpipe.FromFile(stdout); in == nil || out == nil {
+			// Cannot happen: os.Pipe's files are pollable.
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			cmd.Wait()
+			err = errors.New("its pipes cannot be polled")
+		}
 	}
 	if err != nil {
-		stdin.Close()
-		stdout.Close()
+		for _, f := range []*os.File{stdin, stdout, stderr} {
+			if f != nil {
+				f.Close()
+			}
+		}
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
 	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: in, wmu: make(chan struct{}, 1),
 		turn: make(chan struct{}, 1), stdout: stdout, br: bufio.NewReaderSize(out, 64<<10),
 		pending: map[int64]chan wire.Response{}, done: make(chan struct{})}
+	logged := make(chan struct{})
 	go func() {
-		p.logStderr(stderr) // until the process and its children end
+		defer close(logged)
+		p.logStderr(stderr)
+	}()
+	go func() {
+		// Ended but not reaped, the plugin's process group number is
+		// still its own: what it left running in the group (a child in
+		// the background) is killed now, or it would outlive the
+		// plugin, holding its pipes open.
+		waitExited(cmd.Process.Pid)
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.reaped = true
 		p.mu.Unlock()
 		p.stdin.File().Close() // the plugin is gone: a write from now on fails
 		p.drain()
+		// What it wrote to stderr before it ended, for no longer than
+		// drainWait: a child that left the group (setsid) may hold the
+		// pipe open.
+		stderr.SetReadDeadline(time.Now().Add(drainWait))
+		<-logged
+		stderr.Close()
 		p.mu.Lock()
 		if p.err == nil {
 			p.err = fmt.Errorf("%w (%v)", errExited, err)
@@ -163,6 +186,16 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// waitExited returns once process pid has ended, without reaping it.
+func waitExited(pid int) {
+	var si unix.Siginfo
+	for {
+		if err := unix.Waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOWAIT, nil); err != unix.EINTR {
+			return // ended (or not ours to wait for: Wait says why)
+		}
+	}
 }
 
 // await waits for the answer on ch (from send), reading stdout itself
@@ -386,6 +419,9 @@ func (p *process) logStderr(stderr io.Reader) {
 	}
 	if dropped > 0 {
 		p.log.Warn("plugin stderr lines dropped: it writes faster than the log takes", "plugin", p.name, "dropped", dropped)
+	}
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		p.log.Warn("a plugin wrote a stderr line over 16 KiB; the rest of its stderr is not logged", "plugin", p.name)
 	}
 	io.Copy(io.Discard, stderr) // past an overlong line
 }

@@ -407,6 +407,9 @@ func (s *server) answer(id *int64, res any, err error) {
 
 // appendError appends an error member and closes the response.
 func appendError(b []byte, msg string, data json.RawMessage) []byte {
+	if msg == "" { // errors.New("")
+		msg = wire.NoMessage
+	}
 	e, _ := json.Marshal(wire.RPCError{Code: 1, Message: msg, Data: data})
 	return append(append(append(b, `,"error":`...), e...), '}')
 }

@@ -26,6 +26,9 @@ func (impl) Boom(ctx context.Context, _ json.RawMessage) (string, error) {
 func (impl) Fail(ctx context.Context, _ json.RawMessage) (string, error) {
 	return "half", errors.New("failed")
 }
+func (impl) Mute(ctx context.Context, _ json.RawMessage) (string, error) {
+	return "", errors.New("")
+}
 func (impl) NotAMethod(x int) int { return x } // wrong shape: not a plugin method
 
 // Serve answers each request in the protocol: the handshake lists the
@@ -40,6 +43,7 @@ func TestServe(t *testing.T) {
 		`{"jsonrpc":"2.0","id":3,"method":"tribe.call","params":{"method":"boom","timeout_ms":1000}}`,
 		`{"jsonrpc":"2.0","id":4,"method":"tribe.call","params":{"method":"fail","timeout_ms":1000}}`,
 		`{"jsonrpc":"2.0","id":5,"method":"tribe.call","params":{"method":"nope","timeout_ms":1000}}`,
+		`{"jsonrpc":"2.0","id":8,"method":"tribe.call","params":{"method":"mute","timeout_ms":1000}}`,
 		`not json`,
 		`{"jsonrpc":"2.0","id":6,"method":"tribe.shutdown"}`,
 		`{"jsonrpc":"2.0","id":7,"method":"tribe.call","params":{"method":"add","args":{"X":1},"timeout_ms":1000}}`,
@@ -58,7 +62,7 @@ func TestServe(t *testing.T) {
 		got[r.ID], order = r, append(order, r.ID)
 	}
 	info, err := wire.DecodeInfo(got[0].Result, "t")
-	if err != nil || strings.Join(info.Methods, ",") != "add,boom,fail" {
+	if err != nil || strings.Join(info.Methods, ",") != "add,boom,fail,mute" {
 		t.Fatalf("handshake: %+v %v", info, err)
 	}
 	if string(got[1].Result) != "5" {
@@ -68,6 +72,11 @@ func TestServe(t *testing.T) {
 		if got[id].Error == nil || !strings.Contains(got[id].Error.Message, want) {
 			t.Errorf("%d: %+v, want an error saying %q", id, got[id], want)
 		}
+	}
+	// An error with no text is answered with one (the agent once took
+	// the answer for garbage, and the call waited out its deadline).
+	if !strings.Contains(out.String(), `"id":8,"error":{"code":1,"message":"`+wire.NoMessage+`"`) {
+		t.Errorf("an error with no message: %s", out.String())
 	}
 	if string(got[4].Error.Data) != `"half"` {
 		t.Errorf("a failed call's output: %s", got[4].Error.Data)

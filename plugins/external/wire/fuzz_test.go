@@ -99,3 +99,12 @@ func FuzzEncodeCallAgreesWithMarshal(f *testing.F) {
 		}
 	})
 }
+
+// An error with an empty message (JSON-RPC allows it) fails its call,
+// saying it had none, instead of being taken for garbage.
+func TestErrorWithNoMessage(t *testing.T) {
+	r, err := DecodeResponse([]byte(`{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":""}}`))
+	if err != nil || r.ID != 3 || r.Error == nil || r.Error.Message != NoMessage {
+		t.Fatalf("%+v %v", r, err)
+	}
+}

@@ -85,6 +85,9 @@ type Response struct {
 	Error   *RPCError       `json:"error,omitempty"`
 }
 
+// NoMessage stands for the message of an error a plugin gave none for.
+const NoMessage = "failed, with no message"
+
 // RPCError is a failed call: Data, if any, is what the method produced
 // before it failed (a command's output), handed to the caller with the
 // error.
@@ -226,8 +229,11 @@ func decodeStrict(line []byte) (Response, error) {
 		return Response{}, fmt.Errorf("%w: id %d", ErrProtocol, r.ID)
 	case (r.Error == nil) == (len(r.Result) == 0):
 		return Response{}, fmt.Errorf("%w: response %d has both or neither of result and error", ErrProtocol, r.ID)
-	case r.Error != nil && r.Error.Message == "":
-		return Response{}, fmt.Errorf("%w: response %d: an error with no message", ErrProtocol, r.ID)
+	}
+	if r.Error != nil && r.Error.Message == "" {
+		// JSON-RPC allows it (an exception raised with no text): the
+		// call fails all the same, saying so.
+		r.Error.Message = NoMessage
 	}
 	return r, nil
 }

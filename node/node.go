@@ -426,6 +426,7 @@ func (n *Node) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	n.restoreTasks() // before the record is written again
 	facts, err := n.gatherFacts(ctx, n.settings())
 	if err != nil {
 		return fmt.Errorf("node: facts: %w", err)

@@ -167,10 +167,12 @@ func (n *Node) syncTasks() {
 		if raw, ok := want[key]; !ok || !bytes.Equal(raw, r.raw) {
 			stop = append(stop, r)
 			delete(s.running, key)
-			if !ok {
-				delete(s.status, key)
-				s.markDirty()
-			}
+		}
+	}
+	for key := range s.status { // tasks gone, or of tribes left (even while down)
+		if _, ok := want[key]; !ok {
+			delete(s.status, key)
+			s.markDirty()
 		}
 	}
 	s.mu.Unlock()
@@ -193,6 +195,33 @@ func (n *Node) syncTasks() {
 			defer close(r.done)
 			n.runTask(ctx, tribe, key, r, st)
 		})
+	}
+}
+
+// restoreTasks takes up the task statuses this node's own record held
+// when it last stopped, before anything rewrites that record: a task's
+// runs count on across a restart (one with count: 1 does not run again)
+// and a disabled one stays disabled. What the record did not hold yet
+// (statuses are written at most taskReportEvery apart, a counted task's
+// last run at once) is lost with a crash: those runs may be made again.
+func (n *Node) restoreTasks() {
+	e, ok := n.replica.Get(nodesPrefix + n.host.ID().String())
+	if !ok || e.Author != n.host.ID() {
+		return
+	}
+	var rec struct {
+		Tasks map[string]tasks.Status `json:"tasks"`
+	}
+	if err := json.Unmarshal(e.Value, &rec); err != nil {
+		return
+	}
+	s := &n.tasks
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, st := range rec.Tasks {
+		if _, ok := s.status[k]; !ok {
+			s.status[k] = st
+		}
 	}
 }
 
@@ -241,6 +270,14 @@ func (n *Node) runTask(ctx context.Context, tribe, key string, r *taskRun, st ta
 		if !ok {
 			st.State = tasks.Done
 			n.tasks.report(key, r, st)
+			if m.Schedule.Count > 0 && st.Runs > 0 {
+				// Its runs are done: written now, not up to
+				// taskReportEvery later, so that a restart in
+				// between does not run it again (restoreTasks).
+				if err := n.publishSelf(ctx); err != nil && ctx.Err() == nil {
+					n.log.Warn("publishing task states", "err", err)
+				}
+			}
 			return
 		}
 		t := time.NewTimer(next.Sub(n.now()))

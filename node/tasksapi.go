@@ -38,8 +38,12 @@ func (n *Node) CreateTask(ctx context.Context, tribe string, req api.TaskRequest
 	if _, ok := all[tribe]; !ok {
 		return api.Task{}, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, tribe))
 	}
-	if other, ok := n.findTask(m.Name); ok && other != tribe {
+	other, ok := n.findTask(m.Name)
+	if ok && other != tribe {
 		return api.Task{}, api.BadRequest(fmt.Errorf("a task %q exists in tribe %s: task names are unique across tribes", m.Name, other))
+	}
+	if held := n.taskCount(); !ok && held >= MaxTasks {
+		return api.Task{}, api.BadRequest(fmt.Errorf("the fleet has %d tasks, the most it takes (tribe task delete one first)", held))
 	}
 	var errs []error
 	for _, s := range m.Workflow.Steps() {
@@ -63,6 +67,22 @@ func (n *Node) CreateTask(ctx context.Context, tribe string, req api.TaskRequest
 		return api.Task{}, writeErr(err)
 	}
 	return n.taskView(tribe, m.Name, rec), nil
+}
+
+// MaxTasks bounds the tasks of the whole fleet (names are unique across
+// tribes): a member reports each task it runs in its record, whose size
+// is bounded.
+const MaxTasks = 100
+
+// taskCount is how many tasks the state holds, of every tribe.
+func (n *Node) taskCount() int {
+	held := 0
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		if segs := strings.Split(e.Key, "/"); len(segs) == 4 && segs[2] == "tasks" {
+			held++
+		}
+	}
+	return held
 }
 
 // findTask is the tribe that has a task named name.

@@ -119,6 +119,17 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: encode own record: %w", err)
 	}
+	if len(b) > gossip.MaxValueLen && len(rec.Tasks) > 0 {
+		// Many failing tasks' errors must not keep this node from
+		// writing its record (its facts, its leaving): they go first.
+		for k, st := range rec.Tasks {
+			st.Error = ""
+			rec.Tasks[k] = st
+		}
+		if b, err = json.Marshal(rec); err != nil {
+			return nil, fmt.Errorf("node: encode own record: %w", err)
+		}
+	}
 	if err := checkRecord(b); err != nil { // as other nodes will check it
 		return nil, fmt.Errorf("node: own record other nodes would refuse: %w", err)
 	}

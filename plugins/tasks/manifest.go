@@ -227,11 +227,28 @@ func (s Schedule) Check() error {
 	if s.Splay < 0 {
 		bad("schedule: splay must not be negative")
 	}
+	for _, t := range []struct {
+		name string
+		at   time.Time
+	}{{"start", s.Start}, {"stop", s.Stop}} {
+		if !t.at.IsZero() && (t.at.Before(earliestTime) || t.at.After(latestTime)) {
+			bad("schedule: %s %v is not between %d and %d", t.name, t.at, earliestTime.Year(), latestTime.Year())
+		}
+	}
 	if !s.Start.IsZero() && !s.Stop.IsZero() && !s.Stop.After(s.Start) {
 		bad("schedule: stop %v is not after start %v", s.Stop, s.Start)
 	}
 	return errors.Join(errs...)
 }
+
+// A schedule's start and stop lie in these years: the span from a start
+// to now must fit a time.Duration (292 years), or an interval schedule's
+// next run is computed wrong (a start in year 226 named a time in the
+// past, and the task ran without a pause on every member).
+var (
+	earliestTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	latestTime   = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // parseCron parses a standard five-field cron expression (and the
 // @hourly, @daily ... descriptors), evaluated in UTC.

@@ -59,6 +59,8 @@ func TestDecodeRefusesWithTheReason(t *testing.T) {
 		{strings.Replace(good, "{interval: 1s}", "{cron: '61 * * * *'}", 1), "cron"},
 		{strings.Replace(good, "{interval: 1s}", "{interval: 1s, count: -1}", 1), "count"},
 		{strings.Replace(good, "{interval: 1s}", "{interval: 1s, start: 2026-11-24T10:00:00Z, stop: 2026-11-24T09:00:00Z}", 1), "not after start"},
+		{strings.Replace(good, "{interval: 1s}", "{interval: 10s, start: 0226-01-01T00:00:00Z}", 1), "start 0226-01-01 00:00:00 +0000 UTC is not between 1970 and 2200"},
+		{strings.Replace(good, "{interval: 1s}", "{interval: 10s, stop: 9999-01-01T00:00:00Z}", 1), "stop 9999-01-01"},
 		{strings.Replace(good, "{plugin: sys, method: collect}", "{plugin: sys}", 1), "collect step 1: name a plugin and a method"},
 		{strings.Replace(good, "{plugin: sys, method: collect}", "{plugin: sys, method: collect, tribe: sink}", 1), "only a publish step"},
 		{good + "max_failures: -1\n", "max_failures"},

@@ -48,6 +48,11 @@ func (s Schedule) Next(after, anchor time.Time, runs int, offset time.Duration) 
 		}
 		base = origin.Add(time.Duration(k) * every)
 	}
+	if !base.After(from) {
+		// Only a span past time.Duration's range gets here (Check
+		// refuses such schedules): never a run at once, again and again.
+		return time.Time{}, false
+	}
 	if !s.Stop.IsZero() && !base.Before(s.Stop) {
 		return time.Time{}, false
 	}

@@ -31,6 +31,9 @@ func TestScheduleNext(t *testing.T) {
 		{"cron is in UTC", Schedule{Cron: "0 12 * * *"}, at(0), 0, 0, at(2 * time.Hour)},
 		{"cron with splay", Schedule{Cron: "*/5 * * * *"}, at(7 * time.Minute), 0, 30 * time.Second, at(10*time.Minute + 30*time.Second)},
 		{"cron waits for start", Schedule{Cron: "@hourly", Start: at(3 * time.Hour)}, at(0), 0, 0, at(3 * time.Hour)},
+		// A span past time.Duration's range (Check refuses such a start):
+		// never a time in the past, which ran the task without a pause.
+		{"start centuries ago", Schedule{Interval: Duration(10 * time.Second), Start: time.Date(226, 1, 1, 0, 0, 0, 0, time.UTC)}, at(0), 0, 0, time.Time{}},
 		{"cron past stop", Schedule{Cron: "@hourly", Stop: at(90 * time.Minute)}, at(time.Hour), 0, 0, time.Time{}},
 	} {
 		got, ok := c.s.Next(c.after, t0, c.runs, c.offset)

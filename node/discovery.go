@@ -48,6 +48,17 @@ func advertiseChance(n int) float64 {
 	return float64(advertisers) / float64(n)
 }
 
+// fleetSize is how many nodes the failure detector knows (this one
+// included): nodes that count. Records of others (pending, strangers:
+// identities are free to make) must not thin out advertising, or a fleet
+// flooded with made-up records stops renewing its DHT rendezvous.
+func (n *Node) fleetSize() int {
+	if n.swim.d == nil {
+		return 1
+	}
+	return n.swim.d.Stats().Members
+}
+
 // maxParallelDials bounds the dials one discovery round makes at once.
 const maxParallelDials = 8
 
@@ -213,7 +224,7 @@ func (n *Node) discoveryLoop() {
 		// for: it runs beside the loop, one at a time, never in its way.
 		// Of a large fleet only about advertisers nodes a round do.
 		due := tableSize() > 0 && n.now().UnixNano() >= nextAdvertise.Load()
-		if due && n.float() >= advertiseChance(len(n.replica.Prefix(nodesPrefix))) {
+		if due && n.float() >= advertiseChance(n.fleetSize()) {
 			nextAdvertise.Store(n.now().Add(n.cfg.AdvertiseInterval).UnixNano())
 			due = false
 		}

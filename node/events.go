@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,7 +65,15 @@ func (n *Node) startEvents() {
 		if !n.events.Active() {
 			return
 		}
-		n.events.Publish(events.Translate(events.Change{Key: c.Key, Old: value(c.Old), New: value(c.New)}, n.now(), names)...)
+		evs := events.Translate(events.Change{Key: c.Key, Old: value(c.Old), New: value(c.New)}, n.now(), names)
+		if c.New != nil && strings.HasPrefix(c.Key, nodesPrefix) && !rules().Counts(c.New.Author) {
+			// What a node that does not count says of its plugins is
+			// not so (it loads nothing for a tribe), and any peer can
+			// write such a record: thousands of made-up plugin states
+			// in one would push every watcher's other events out.
+			evs = slices.DeleteFunc(evs, func(e events.Event) bool { return e.Type == events.PluginState })
+		}
+		n.events.Publish(evs...)
 	})
 	n.spawn(func() {
 		defer cancel()

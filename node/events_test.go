@@ -2,9 +2,18 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api/events"
 )
 
@@ -47,5 +56,95 @@ func TestWatchSeesLivenessTransitions(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("no %s event for b within 30s", want[0])
 		}
+	}
+}
+
+// A stranger's record may claim any plugin states: a watcher sees the
+// stranger arrive, not what it claims of its plugins, and an error is cut
+// to 1 KiB.
+func TestWatchIgnoresAStrangersPluginStates(t *testing.T) {
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	a := startNode(t, ca)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan events.Event, 1024)
+	ready := make(chan struct{})
+	go a.Watch(ctx, "", func(e *events.Event) {
+		if e == nil {
+			close(ready)
+			return
+		}
+		got <- *e
+	})
+	<-ready
+	key, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	id, _ := peer.IDFromPrivateKey(key)
+	plugins := map[string]any{}
+	for i := range 500 {
+		plugins[fmt.Sprintf("t%d/p", i)] = map[string]string{"version": "1", "error": strings.Repeat("x", 40)}
+	}
+	rec, _ := json.Marshal(map[string]any{"name": "stranger", "plugins": plugins})
+	s, err := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: rec, HLC: gossip.Next(0, time.Now())}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.replica.Accept(id, s.Raw); err != nil {
+		t.Fatal(err)
+	}
+	joined := false
+	for deadline := time.After(time.Second); ; {
+		select {
+		case e := <-got:
+			switch {
+			case e.Node == id.String() && e.Type == events.NodeJoined:
+				joined = true
+			case e.Type == events.PluginState:
+				t.Fatalf("a stranger's plugin state reached the watcher: %+v", e)
+			}
+			continue
+		case <-deadline:
+		}
+		break
+	}
+	if !joined {
+		t.Fatal("no node-joined event for the stranger")
+	}
+	if e := events.Translate(events.Change{Key: nodesPrefix + id.String(), New: []byte(`{"plugins":{"t/p":{"error":"` + strings.Repeat("é", 2000) + `"}}}`)}, time.Now(), nil); len(e) != 2 || len(e[1].Error) > 1024 || !utf8.ValidString(e[1].Error) {
+		t.Fatalf("an error of 4,000 bytes in an event: %d events, %d bytes", len(e), len(e[len(e)-1].Error))
+	}
+}
+
+// Made-up identities' records cost what they cost, and no more: the
+// decoded name cache lets a record go with its entry, and they do not
+// count towards the fleet size that thins out DHT advertising.
+func TestStrangersRecordsHoldNothingBack(t *testing.T) {
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	a := startNode(t, ca)
+	var last peer.ID
+	var lastKey crypto.PrivKey
+	for i := range 50 {
+		key, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+		id, _ := peer.IDFromPrivateKey(key)
+		rec, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("s%d", i)})
+		s, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: rec, HLC: gossip.Next(0, time.Now())}, key)
+		if _, err := a.replica.Accept(id, s.Raw); err != nil {
+			t.Fatal(err)
+		}
+		last, lastKey = id, key
+	}
+	if got := a.fleetSize(); got != 1 {
+		t.Errorf("fleet size %d with 50 strangers' records, want 1 (this node)", got)
+	}
+	if rec, ok := a.nodeNamed(last); !ok || rec.Name != "s49" {
+		t.Fatalf("the last stranger's record: %+v %v", rec, ok)
+	}
+	gone, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + last.String(), Deleted: true, HLC: gossip.Next(0, time.Now().Add(time.Millisecond))}, lastKey)
+	if _, err := a.replica.Accept(last, gone.Raw); err != nil {
+		t.Fatal(err)
+	}
+	if _, cached := a.names.Load(last); cached {
+		t.Error("a deleted record's decoded name is still cached")
 	}
 }

@@ -313,7 +313,7 @@ func (n *Node) heard(p peer.ID, m helloMsg, toldBusy, dialled bool) {
 		}
 	}
 	old, had := n.peers.put(p, h)
-	if had && restarted(old, h, len(n.host.Network().ConnsToPeer(p))) {
+	if had && relinkFor(old, h, len(n.host.Network().ConnsToPeer(p)), n.rules().Counts(p)) {
 		n.relinkSoon(p)
 	}
 	if had && old == h {
@@ -384,11 +384,14 @@ func readHello(r io.Reader) (helloMsg, error) {
 	}
 }
 
-// restarted reports whether a peer that said old before and h now, with
-// conns connections to it, restarted while one of them stayed: a new boot
-// and more than the one connection h came on.
-func restarted(old, h hello, conns int) bool {
-	return old.Boot != "" && h.Boot != "" && old.Boot != h.Boot && conns > 1
+// relinkFor reports whether a peer that said old before and h now, with
+// conns connections to it, is relinked: it restarted while one of them
+// stayed (a new boot, and more than the one connection h came on), and
+// it counts (the trust model's rule). A relink redials the peer at the
+// addresses it gave: a stranger saying a new boot in every hello would
+// have this node dial wherever it liked, again and again.
+func relinkFor(old, h hello, conns int, counts bool) bool {
+	return counts && old.Boot != "" && h.Boot != "" && old.Boot != h.Boot && conns > 1
 }
 
 // relinkSoon relinks p, on one goroutine per peer: a restart seen while

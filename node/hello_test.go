@@ -178,16 +178,18 @@ func TestRestartedPeer(t *testing.T) {
 		name     string
 		old, now hello
 		conns    int
+		stranger bool
 		want     bool
 	}{
-		{"a new run, a connection to the old one left", run1, run2, 2, true},
-		{"a new run, the old connection gone", run1, run2, 1, false},
-		{"the same run, a second connection", run1, run1, 2, false},
-		{"no boot before", old, run2, 2, false},
-		{"no boot now", run1, old, 2, false},
+		{"a new run, a connection to the old one left", run1, run2, 2, false, true},
+		{"a stranger's new run", run1, run2, 2, true, false},
+		{"a new run, the old connection gone", run1, run2, 1, false, false},
+		{"the same run, a second connection", run1, run1, 2, false, false},
+		{"no boot before", old, run2, 2, false, false},
+		{"no boot now", run1, old, 2, false, false},
 	} {
-		if got := restarted(c.old, c.now, c.conns); got != c.want {
-			t.Errorf("%s: restarted = %v, want %v", c.name, got, c.want)
+		if got := relinkFor(c.old, c.now, c.conns, !c.stranger); got != c.want {
+			t.Errorf("%s: relinkFor = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -31,6 +31,8 @@ func (n *Node) checkArrivingRecord(c gossip.Change) {
 	var rec nodeName
 	if c.New != nil && !c.New.Deleted {
 		json.Unmarshal(c.New.Value, &rec)
+	} else {
+		n.names.Delete(id) // the decoded record goes with its entry
 	}
 	a := &n.auth
 	a.mu.Lock()

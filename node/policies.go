@@ -253,6 +253,9 @@ func (n *Node) TestPolicy(ctx context.Context, expr string) ([]api.Match, error)
 	}
 	out := []api.Match{}
 	for id, rec := range n.nodeRecords() {
+		if err := ctx.Err(); err != nil { // the client left: a costly policy over a large fleet stops here
+			return nil, err
+		}
 		ok, err := prg.Eval(rec.facts())
 		m := api.Match{ID: id.String(), Name: rec.Name, Match: ok}
 		if err != nil {

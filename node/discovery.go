@@ -305,6 +305,11 @@ func (n *Node) newDHT() (*dht.IpfsDHT, error) {
 		// fleet that starts at once, every node dialling most others in
 		// its first seconds.
 		dht.DisableAutoRefresh(),
+		// Tribe uses the DHT for rendezvous (providers) and finding
+		// peers, never values: with them on, any peer could store
+		// records of made-up keys here (public keys, IPNS) for two days,
+		// with no bound but its bandwidth.
+		dht.DisableValues(),
 	)
 }
 

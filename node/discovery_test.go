@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/core/routing"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -96,5 +99,19 @@ func TestRendezvousPeersThatDoNotCountAreNotDialled(t *testing.T) {
 	got := n.rendezvousPeers([]peer.AddrInfo{{ID: stranger, Addrs: addrs}, {ID: writer, Addrs: addrs}})
 	if len(got) != 1 || got[0].ID != writer {
 		t.Fatalf("rendezvous peers to dial: %v, want only the trusted writer %v", got, writer)
+	}
+}
+
+// The DHT keeps no values: a peer cannot store records of made-up keys on
+// this node (the node uses the DHT for rendezvous and peers only).
+func TestDHTKeepsNoValues(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "a"))
+	kad, err := n.newDHT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kad.Close()
+	if err := kad.PutValue(context.Background(), "/pk/x", []byte("v")); !errors.Is(err, routing.ErrNotSupported) {
+		t.Fatalf("PutValue: %v, want routing.ErrNotSupported", err)
 	}
 }

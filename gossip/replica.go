@@ -82,6 +82,11 @@ type ReplicaConfig struct {
 	// streams open: it must be fast, safe for concurrent use, and must
 	// not call the replica.
 	Counts func(peer.ID) bool
+	// Revoked, if set, reports whether a trusted writer revoked a peer:
+	// its record stays held (to say so) but does not count towards
+	// MaxPending, so revoking made-up nodes makes room for others. The
+	// same rules as for Counts.
+	Revoked func(peer.ID) bool
 }
 
 // DefaultReplicaConfig returns the agent's defaults for topic.
@@ -135,6 +140,7 @@ type Replica struct {
 	sharedWaits atomic.Int64
 	fetching    fetching        // what pulls are fetching now (guarded by mu)
 	refused     refusedVersions // versions pulls refused lately (guarded by mu)
+	pending     pendingCount    // records held of nodes that do not count
 	// queue holds the peers whose pull waits for a slot, in order, and
 	// queued the same as a set (queuePull; guarded by mu).
 	queue   []peer.ID
@@ -651,8 +657,11 @@ func (r *Replica) checkCounts(t Trust, e *Signed) error {
 		return nil
 	}
 	k, _, err := classify(e.Key)
-	if err != nil || k.Writer != Self || k.Name == "node" || r.cfg.Counts(e.Author) {
+	switch {
+	case err != nil || k.Writer != Self || r.cfg.Counts(e.Author):
 		return nil
+	case k.Name == "node":
+		return r.checkPending(e)
 	}
 	return fmt.Errorf("%w: %s by %s", ErrNotAdmitted, e.Key, e.Author)
 }
@@ -924,6 +933,7 @@ func (r *Replica) collect() {
 // Counters of refused input, by reason.
 type counters struct {
 	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, notAdmitted, valueRefused atomic.Int64
+	pendingTooLarge, pendingFull                                                                                  atomic.Int64
 
 	// Sync streams (see refuseSync): malformed in either direction,
 	// entries sent that were not asked for, penalties given, pulls of
@@ -957,6 +967,10 @@ func (c *counters) reject(err error) {
 		c.unknownKey.Add(1)
 	case errors.Is(err, ErrFromFuture):
 		c.fromFuture.Add(1)
+	case errors.Is(err, ErrPendingTooLarge):
+		c.pendingTooLarge.Add(1)
+	case errors.Is(err, ErrPendingFull):
+		c.pendingFull.Add(1)
 	case errors.Is(err, ErrNotAdmitted):
 		c.notAdmitted.Add(1)
 	case errors.Is(err, ErrValueRefused):
@@ -979,6 +993,8 @@ func (r *Replica) Rejected() map[string]int64 {
 		"unknown_key":              c.unknownKey.Load(),
 		"from_future":              c.fromFuture.Load(),
 		"not_admitted":             c.notAdmitted.Load(),
+		"pending_too_large":        c.pendingTooLarge.Load(),
+		"pending_full":             c.pendingFull.Load(),
 		"value_refused":            c.valueRefused.Load(),
 		"sync_malformed":           c.syncMalformed.Load(),
 		"sync_unwanted":            c.syncUnwanted.Load(),

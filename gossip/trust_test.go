@@ -6,8 +6,10 @@ import (
 	"errors"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -163,5 +165,54 @@ func TestEntriesOfNodesThatDoNotCount(t *testing.T) {
 	}
 	if err := r.check(e, now); err != nil {
 		t.Fatalf("open cluster: %v", err)
+	}
+}
+
+// Records of nodes that do not count are bounded: at most
+// MaxPendingRecord bytes each and MaxPending held, refused past that as
+// ErrNotAdmitted is (counted apart), while a held record may still be
+// replaced and a node that counts writes as before.
+func TestRecordsOfNodesThatDoNotCountAreBounded(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(5, 6))
+	writer, admitted := newAuthor(t, rng), newAuthor(t, rng)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	r := n.r
+	now := n.clock.now()
+	big := strings.Repeat("x", MaxPendingRecord)
+	stranger := newAuthor(t, rng)
+	if _, err := r.Accept(stranger.id, stranger.write(t, now, "nodes/"+stranger.id.String(), `{"name":"`+big+`"}`, false).Raw); !errors.Is(err, ErrPendingTooLarge) || !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("a stranger's record over the bound: %v", err)
+	}
+	if _, err := r.Accept(admitted.id, admitted.write(t, now, "nodes/"+admitted.id.String(), `{"name":"`+big+`"}`, false).Raw); err != nil {
+		t.Fatalf("an admitted node's large record: %v", err)
+	}
+	var first *author
+	for i := range MaxPending {
+		a := newAuthor(t, rng)
+		if i == 0 {
+			first = a
+		}
+		if _, err := r.Accept(a.id, a.write(t, now, "nodes/"+a.id.String(), `{"name":"p"}`, false).Raw); err != nil {
+			t.Fatalf("record %d of a pending node: %v", i, err)
+		}
+	}
+	late := newAuthor(t, rng)
+	if _, err := r.Accept(late.id, late.write(t, now, "nodes/"+late.id.String(), `{"name":"p"}`, false).Raw); !errors.Is(err, ErrPendingFull) {
+		t.Fatalf("record %d of a pending node: %v, want ErrPendingFull", MaxPending+1, err)
+	}
+	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), `{"name":"q"}`, false).Raw); err != nil {
+		t.Fatalf("a held pending record's new version: %v", err)
+	}
+	if got := r.Rejected(); got["pending_too_large"] != 1 || got["pending_full"] != 1 || got["not_admitted"] != 0 {
+		t.Fatalf("counted %v", got)
+	}
+	// Revoking one makes room for one more, at the next count.
+	r.cfg.Revoked = func(p peer.ID) bool { return p == first.id }
+	r.pending.mu.Lock()
+	r.pending.at = time.Time{}
+	r.pending.mu.Unlock()
+	if _, err := r.Accept(late.id, late.write(t, now, "nodes/"+late.id.String(), `{"name":"p"}`, false).Raw); err != nil {
+		t.Fatalf("a record once one of the held was revoked: %v", err)
 	}
 }

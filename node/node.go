@@ -356,6 +356,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	// that does not count holds only its record here (read as entries
 	// and streams come, after initAuthority below).
 	rcfg.Counts = func(id peer.ID) bool { return n.rules().Counts(id) }
+	rcfg.Revoked = func(id peer.ID) bool { return n.rules().Status(id) == authority.Revoked }
 	n.rngMu.Lock()
 	replicaRng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.rngMu.Unlock()

@@ -151,7 +151,12 @@ func (n *Node) putRecord(ctx context.Context, b []byte) error {
 	if cur, ok := n.replica.Get(key); ok && string(cur.Value) == string(b) {
 		return nil
 	}
-	_, err := n.replica.Put(ctx, key, b)
+	s, err := n.replica.Put(ctx, key, b)
+	if rules := n.rules(); err == nil && len(s.Raw) > gossip.MaxPendingRecord && !rules.Counts(n.host.ID()) {
+		// Peers take so large a record only from a node that counts.
+		n.authWarn.warn(n.log, "own record", "this node's record is too large for peers to take before it is admitted: they will not list it as pending (shrink its facts, or admit it first)",
+			"bytes", len(s.Raw), "limit", gossip.MaxPendingRecord)
+	}
 	return err
 }
 

@@ -1,0 +1,91 @@
+package gossip
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Records of nodes that do not count. With trusted writers set, a node
+// that does not count (pending, revoked, a stranger) may still hold its
+// record in the state: trusted writers admit nodes by what it says. But
+// identities are free to make, and every node holds every record, so one
+// peer that can connect could have the whole fleet hold records of as
+// many made-up nodes as it liked, each up to MaxValueLen. Such records
+// are bounded here: at most MaxPendingRecord bytes each and MaxPending of
+// them held (records of revoked nodes aside: revoking made-up nodes makes
+// room). Past either, a record is refused as ErrNotAdmitted is (an
+// honest peer may hold it: it is dropped, not scored, and taken once its
+// author counts, when the node forgets its refusals).
+const (
+	// MaxPendingRecord bounds the signed entry of one such record: a
+	// pending node's record holds its name, addresses and facts (about
+	// 1–2 KiB from the built-in facts), no plugins or tasks yet.
+	MaxPendingRecord = 8 << 10
+	// MaxPending bounds how many such records a node holds (about 16 MiB
+	// at most, with each entry's value held twice).
+	MaxPending = 1024
+)
+
+// ErrPendingTooLarge and ErrPendingFull refuse a record of a node that
+// does not count (see MaxPendingRecord, MaxPending); both wrap
+// ErrNotAdmitted.
+var (
+	ErrPendingTooLarge = fmt.Errorf("%w: a record over %d bytes", ErrNotAdmitted, MaxPendingRecord)
+	ErrPendingFull     = fmt.Errorf("%w: %d records of nodes that do not count held already", ErrNotAdmitted, MaxPending)
+)
+
+// pendingCount is how many records of nodes that do not count are held:
+// counted from the state at most once a pendingRecount, and raised by one
+// for each new one taken in between (an overcount, as a record taken may
+// lose to another copy, errs on the safe side).
+type pendingCount struct {
+	mu sync.Mutex
+	n  int
+	at time.Time
+}
+
+const pendingRecount = time.Second
+
+// checkPending is checkCounts for e, the record of a node that does not
+// count.
+func (r *Replica) checkPending(e *Signed) error {
+	if len(e.Raw) > MaxPendingRecord {
+		return fmt.Errorf("%w: %s by %s is %d bytes", ErrPendingTooLarge, e.Key, e.Author, len(e.Raw))
+	}
+	if e.Deleted {
+		return nil
+	}
+	if _, held := r.Version(e.Key); held {
+		return nil // a new version of a record held: no more of them
+	}
+	p := &r.pending
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := time.Now(); now.Sub(p.at) >= pendingRecount {
+		p.n, p.at = r.pendingHeld(), now
+	}
+	if p.n >= MaxPending {
+		return fmt.Errorf("%w: %s by %s", ErrPendingFull, e.Key, e.Author)
+	}
+	p.n++
+	return nil
+}
+
+// pendingHeld counts the live records held of nodes that do not count,
+// revoked ones aside.
+func (r *Replica) pendingHeld() int {
+	r.mu.Lock()
+	held := r.state.Prefix(nodeRecordPrefix)
+	r.mu.Unlock()
+	n := 0
+	for _, e := range held {
+		if e.Author != r.self && !r.counts(e.Author) && (r.cfg.Revoked == nil || !r.cfg.Revoked(e.Author)) {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeRecordPrefix is where node records are (the "node" key kind).
+const nodeRecordPrefix = "nodes/"

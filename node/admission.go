@@ -186,6 +186,11 @@ func (n *Node) autoAdmitLoop() {
 	defer n.replica.Watch(nodesPrefix, poke)()
 	defer n.replica.Watch(authority.AdmittedPrefix, poke)()
 	poke(gossip.Change{})
+	// Records whose facts did not match, by entry: a record is replaced,
+	// never changed, so each is decoded and evaluated once, not at every
+	// pass (a pass comes with each new record, and anyone can make
+	// records: up to gossip.MaxPending of them, each padded as it likes).
+	unmatched := map[*gossip.Signed]bool{}
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -196,16 +201,25 @@ func (n *Node) autoAdmitLoop() {
 		if rules.Status(n.host.ID()) != authority.Trusted {
 			continue // only a trusted writer admits; tribe reload may make this one
 		}
-		for _, e := range n.replica.Prefix(nodesPrefix) {
+		held := n.replica.Prefix(nodesPrefix)
+		for e := range unmatched {
+			if cur, ok := n.replica.Get(e.Key); !ok || cur != e {
+				delete(unmatched, e)
+			}
+		}
+		for _, e := range held {
 			id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
-			if err != nil || rules.Status(id) != authority.Pending {
+			if err != nil || rules.Status(id) != authority.Pending || unmatched[e] {
 				continue
 			}
 			var rec nodeRecord
 			if json.Unmarshal(e.Value, &rec) != nil {
+				unmatched[e] = true
 				continue
 			}
+			n.auth.autoAdmitEvals.Add(1)
 			if ok, _ := prg.Eval(rec.facts()); !ok {
+				unmatched[e] = true
 				continue
 			}
 			if holder, taken := n.nameHolder(rules, rec.Name, id); taken {

@@ -40,6 +40,8 @@ type authState struct {
 
 	unbacked  atomic.Int64 // policy memberships that counted for nothing when they arrived
 	nameTaken atomic.Int64 // records that claimed a name another node that counts holds
+	// autoAdmitEvals counts the records --auto-admit evaluated.
+	autoAdmitEvals atomic.Int64
 }
 
 // backing is one policy membership's backing policies and what it was

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -234,6 +235,18 @@ func TestAutoAdmit(t *testing.T) {
 	waitFor(t, "good to see its own admission", func() bool { return good.rules().Status(good.ID()) == authority.Admitted })
 	if s := admin.rules().Status(other.ID()); s != authority.Pending {
 		t.Fatalf("other is %s, want pending", s)
+	}
+	// other's record is evaluated once, not at every pass.
+	evals := admin.auth.autoAdmitEvals.Load()
+	for range 25 { // 2.5 s: two passes at least
+		select {
+		case admin.admitCh <- struct{}{}:
+		default:
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := admin.auth.autoAdmitEvals.Load(); got != evals {
+		t.Errorf("%d evaluations more of a record that did not match", got-evals)
 	}
 	bad := loopbackConfig(t, "x")
 	bad.AutoAdmit = "facts.fleet =="

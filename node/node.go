@@ -460,6 +460,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.spawn(n.factsLoop)
 	n.spawn(n.reconcileLoop)
 	n.spawn(n.pluginLoop)
+	n.spawn(n.pruneLoop)
 	n.spawn(n.taskLoop)
 	n.spawn(n.jobLoop)
 	if n.cfg.AutoAdmit != "" {

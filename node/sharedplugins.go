@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -437,4 +438,72 @@ func writeExecutable(path string, src []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// sharedStale is how long a file or dir of the shared store must have
+// been left alone before pruneShared takes it: a fetch writes for at most
+// a minute, and `plugin add` stores the binary just before its entry.
+const sharedStale = 10 * time.Minute
+
+// sharedPruneEvery is how often pruneShared runs (and first, after start).
+const sharedPruneEvery = 10 * time.Minute
+
+// pruneLoop prunes the shared store every sharedPruneEvery.
+func (n *Node) pruneLoop() {
+	for n.sleep(sharedPruneEvery) {
+		n.pruneShared()
+	}
+}
+
+// pruneShared removes from the shared store the binaries no plugin entry
+// names any more (an older version after `plugin add` of a newer one, a
+// plugin unloaded from its tribes) and the partial downloads a crash left
+// behind, once each has been left alone for sharedStale: each binary may
+// be 256 MiB, and every member that opted in keeps a copy. What is not a
+// sha256-named dir or a download of ours is left alone.
+func (n *Node) pruneShared() {
+	dir := filepath.Join(n.pluginDir(), "shared")
+	dirs, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	named := map[string]bool{}
+	for _, e := range n.replica.Prefix(tribesPrefix) {
+		if segs := strings.Split(e.Key, "/"); len(segs) != 4 || segs[2] != "plugins" {
+			continue
+		}
+		var rec pluginRecord
+		if json.Unmarshal(e.Value, &rec) == nil && rec.Binary != nil {
+			named[rec.Binary.SHA256] = true
+		}
+	}
+	n.sharing.mu.Lock()
+	for sha := range n.sharing.fetching {
+		named[sha] = true
+	}
+	n.sharing.mu.Unlock()
+	stale := func(d os.DirEntry) bool {
+		info, err := d.Info()
+		return err == nil && n.now().Sub(info.ModTime()) >= sharedStale
+	}
+	for _, d := range dirs {
+		path := filepath.Join(dir, d.Name())
+		if !d.IsDir() || !isSHA256(d.Name()) || !stale(d) && !named[d.Name()] {
+			continue
+		}
+		if !named[d.Name()] {
+			if err := os.RemoveAll(path); err != nil {
+				n.log.Warn("removing a shared plugin no entry names", "path", path, "err", err)
+			} else {
+				n.log.Info("removed a shared plugin no entry names", "sha256", d.Name())
+			}
+			continue
+		}
+		files, _ := os.ReadDir(path)
+		for _, f := range files {
+			if strings.HasPrefix(f.Name(), ".") && f.Type().IsRegular() && stale(f) {
+				os.Remove(filepath.Join(path, f.Name()))
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +201,50 @@ func TestStrangersHoldNoFetchSlot(t *testing.T) {
 	}
 	if busy := admin.sharing.busy.Load(); busy != 0 {
 		t.Errorf("%d fetches refused as busy", busy)
+	}
+}
+
+// The shared store keeps what plugin entries name: binaries no entry
+// names any more and partial downloads are removed once left alone for
+// sharedStale; anything else in the dir is left alone.
+func TestSharedStoreIsPruned(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "a"))
+	named, unnamed, fresh := strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64)
+	rec, _ := json.Marshal(pluginRecord{Binary: &sharedBinary{Version: "1", SHA256: named, Size: 1}})
+	if _, err := n.replica.Put(context.Background(), pluginKey("t", "p"), rec); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(n.pluginDir(), "shared")
+	old := time.Now().Add(-time.Hour)
+	write := func(path string, mtime time.Time) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(path, mtime, mtime)
+	}
+	write(filepath.Join(store, named, "p"), old)
+	write(filepath.Join(store, named, ".p-1"), old)        // a crash's partial download
+	write(filepath.Join(store, named, ".p-2"), time.Now()) // a fetch under way
+	write(filepath.Join(store, unnamed, "p"), old)
+	write(filepath.Join(store, fresh, "p"), old)
+	write(filepath.Join(store, "notes", "x"), old)
+	for _, d := range []string{named, unnamed, "notes"} {
+		os.Chtimes(filepath.Join(store, d), old, old)
+	}
+	n.pruneShared()
+	for path, want := range map[string]bool{
+		filepath.Join(store, named, "p"):    true,
+		filepath.Join(store, named, ".p-1"): false,
+		filepath.Join(store, named, ".p-2"): true,
+		filepath.Join(store, unnamed):       false,
+		filepath.Join(store, fresh, "p"):    true, // stored a moment ago: its entry may be on its way
+		filepath.Join(store, "notes", "x"):  true,
+	} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: kept %v, want %v", path, err == nil, want)
+		}
 	}
 }

@@ -18,9 +18,10 @@ import (
 // honest peer may hold it: it is dropped, not scored, and taken once its
 // author counts, when the node forgets its refusals).
 const (
-	// MaxPendingRecord bounds the signed entry of one such record: a
-	// pending node's record holds its name, addresses and facts (about
-	// 1–2 KiB from the built-in facts), no plugins or tasks yet.
+	// MaxPendingRecord bounds the value of one such record: a pending
+	// node's record holds its name, addresses and facts (about 1–2 KiB
+	// from the built-in facts), no plugins or tasks yet; one that would
+	// be larger withholds its facts until it counts (the node does).
 	MaxPendingRecord = 8 << 10
 	// MaxPending bounds how many such records a node holds (about 16 MiB
 	// at most, with each entry's value held twice).
@@ -31,7 +32,7 @@ const (
 // does not count (see MaxPendingRecord, MaxPending); both wrap
 // ErrNotAdmitted.
 var (
-	ErrPendingTooLarge = fmt.Errorf("%w: a record over %d bytes", ErrNotAdmitted, MaxPendingRecord)
+	ErrPendingTooLarge = fmt.Errorf("%w: a record of over %d bytes", ErrNotAdmitted, MaxPendingRecord)
 	ErrPendingFull     = fmt.Errorf("%w: %d records of nodes that do not count held already", ErrNotAdmitted, MaxPending)
 )
 
@@ -48,21 +49,25 @@ type pendingCount struct {
 const pendingRecount = time.Second
 
 // checkPending is checkCounts for e, the record of a node that does not
-// count.
+// count. A tombstone is taken only over a record held (a node may delete
+// its own), and a key held, live or deleted, is never a new one: the
+// keys held of such nodes, tombstones included, are what MaxPending
+// bounds (tombstones are kept for TombstoneGrace, and a bound on live
+// records alone would let records and their tombstones pile up).
 func (r *Replica) checkPending(e *Signed) error {
-	if len(e.Raw) > MaxPendingRecord {
-		return fmt.Errorf("%w: %s by %s is %d bytes", ErrPendingTooLarge, e.Key, e.Author, len(e.Raw))
-	}
-	if e.Deleted {
-		return nil
+	if len(e.Value) > MaxPendingRecord {
+		return fmt.Errorf("%w: %s by %s holds %d bytes", ErrPendingTooLarge, e.Key, e.Author, len(e.Value))
 	}
 	if _, held := r.Version(e.Key); held {
-		return nil // a new version of a record held: no more of them
+		return nil // a new version of a key held: no more of them
+	}
+	if e.Deleted {
+		return fmt.Errorf("%w: %s by %s deletes a record not held", ErrNotAdmitted, e.Key, e.Author)
 	}
 	p := &r.pending
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now := time.Now(); now.Sub(p.at) >= pendingRecount {
+	if now := r.now(); now.Sub(p.at) >= pendingRecount || now.Before(p.at) {
 		p.n, p.at = r.pendingHeld(), now
 	}
 	if p.n >= MaxPending {
@@ -72,11 +77,11 @@ func (r *Replica) checkPending(e *Signed) error {
 	return nil
 }
 
-// pendingHeld counts the live records held of nodes that do not count,
-// revoked ones aside.
+// pendingHeld counts the record keys held, tombstones included, of nodes
+// that do not count, revoked ones aside.
 func (r *Replica) pendingHeld() int {
 	r.mu.Lock()
-	held := r.state.Prefix(nodeRecordPrefix)
+	held := r.state.PrefixAll(nodeRecordPrefix)
 	r.mu.Unlock()
 	n := 0
 	for _, e := range held {

@@ -122,6 +122,19 @@ func (s *State) Prefix(prefix string) []*Signed {
 	return out
 }
 
+// PrefixAll is Prefix with tombstones.
+func (s *State) PrefixAll(prefix string) []*Signed {
+	var out []*Signed
+	s.keys.AscendGreaterOrEqual(prefix, func(k string) bool {
+		if !strings.HasPrefix(k, prefix) {
+			return false
+		}
+		out = append(out, s.entries[k])
+		return true
+	})
+	return out
+}
+
 // Children returns the live entries whose key is prefix and one more
 // segment (no further '/'), by key, skipping what lies below each: the
 // jobs of jobs/, not their acks. prefix should end in '/'.

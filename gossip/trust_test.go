@@ -207,6 +207,24 @@ func TestRecordsOfNodesThatDoNotCountAreBounded(t *testing.T) {
 	if got := r.Rejected(); got["pending_too_large"] != 1 || got["pending_full"] != 1 || got["not_admitted"] != 0 {
 		t.Fatalf("counted %v", got)
 	}
+	// Tombstones are no way around the bound: one over a record held is
+	// taken (and still counts), one over nothing is refused.
+	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), "", true).Raw); err != nil {
+		t.Fatalf("a pending node deleting its record: %v", err)
+	}
+	r.pending.mu.Lock()
+	r.pending.at = time.Time{}
+	r.pending.mu.Unlock()
+	if _, err := r.Accept(late.id, late.write(t, now, "nodes/"+late.id.String(), `{"name":"p"}`, false).Raw); !errors.Is(err, ErrPendingFull) {
+		t.Fatalf("a record once one held was deleted: %v, want ErrPendingFull", err)
+	}
+	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), `{"name":"back"}`, false).Raw); err != nil {
+		t.Fatalf("a record over its own tombstone: %v", err)
+	}
+	ghost := newAuthor(t, rng)
+	if _, err := r.Accept(ghost.id, ghost.write(t, now, "nodes/"+ghost.id.String(), "", true).Raw); !errors.Is(err, ErrNotAdmitted) {
+		t.Fatalf("a tombstone over nothing: %v", err)
+	}
 	// Revoking one makes room for one more, at the next count.
 	r.cfg.Revoked = func(p peer.ID) bool { return p == first.id }
 	r.pending.mu.Lock()

@@ -97,6 +97,10 @@ func (n *Node) initAuthority() {
 func (n *Node) announceOwn() {
 	n.rewriteOwn.Store(true)
 	n.triggerReconcile()
+	select { // and its record, with the facts it withheld if they were too large
+	case n.recordNow <- struct{}{}:
+	default:
+	}
 }
 
 // applyAdmission takes one admitted/<peer> entry (nil or a tombstone: no

@@ -10,6 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
@@ -348,4 +349,28 @@ func TestRevocationUnloadsAndRefuses(t *testing.T) {
 	if _, ok := admin.replica.Get(memberKey("core", b.ID(), "manual")); ok {
 		t.Fatal("the manual membership is still there")
 	}
+}
+
+// A pending node whose record would be over what peers take from a node
+// that does not count withholds its facts until it is admitted: it is
+// listed, can be admitted, and then writes them.
+func TestLargeFactsWithheldUntilAdmitted(t *testing.T) {
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	admin := startNode(t, ca)
+	cb := loopbackConfig(t, "big")
+	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
+	cb.Facts = policy.Facts{"notes": strings.Repeat("n", gossip.MaxPendingRecord)}
+	big := startNode(t, cb)
+	waitFor(t, "admin to hold big's record", func() bool { _, ok := admin.nodeNamed(big.ID()); return ok })
+	if f, _ := admin.Facts(context.Background(), big.ID().String()); f["notes"] != nil {
+		t.Fatalf("a pending node's facts over the bound reached a peer: %d bytes", len(f["notes"].(string)))
+	}
+	if _, err := admin.Admit(context.Background(), []string{"big"}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "big's facts, once admitted", func() bool {
+		f, _ := admin.Facts(context.Background(), big.ID().String())
+		return f["notes"] == cb.Facts["notes"]
+	})
 }

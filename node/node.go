@@ -193,6 +193,7 @@ type Node struct {
 	leaveReq  chan struct{} // closed by LeaveCluster: Run stops
 	leaveOnce sync.Once
 	refute    chan struct{} // a force-leave of this node arrived
+	recordNow chan struct{} // write the record now (recordLoop)
 
 	metrics     *metrics.Metrics       // nil unless Config.MetricsAddr is set
 	metricsAddr atomic.Pointer[string] // where Run serves them, once it does
@@ -226,7 +227,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n := &Node{cfg: cfg, log: deps.Logger, now: deps.Now, rng: deps.Rand, peers: newPeerBook(), relinking: map[peer.ID]bool{},
 		collectFacts: deps.Facts, reconcileCh: make(chan struct{}, 1),
 		pluginCh: make(chan struct{}, 1), admitCh: make(chan struct{}, 1),
-		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1), metNew: make(chan struct{}, 1)}
+		leaveReq: make(chan struct{}), refute: make(chan struct{}, 1), recordNow: make(chan struct{}, 1), metNew: make(chan struct{}, 1)}
 	n.jobs.poke = make(chan struct{}, 1)
 	n.jobs.handing = gossip.NewSlots(maxHanding, maxHandingPerPeer)
 	n.jobs.listing = gossip.NewSlots(maxListServing, 1)
@@ -511,6 +512,11 @@ func (n *Node) recordLoop() {
 			n.log.Warn("refuting a force-leave", "err", err)
 		}
 	}
+	publish := func() {
+		if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("updating own record", "err", err)
+		}
+	}
 	refute()
 	for {
 		select {
@@ -519,9 +525,9 @@ func (n *Node) recordLoop() {
 		case <-n.refute:
 			refute()
 		case <-t.C:
-			if err := n.publishSelf(n.ctx); err != nil && n.ctx.Err() == nil {
-				n.log.Warn("updating own record", "err", err)
-			}
+			publish()
+		case <-n.recordNow:
+			publish()
 		}
 	}
 }

@@ -130,6 +130,19 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 			return nil, fmt.Errorf("node: encode own record: %w", err)
 		}
 	}
+	if len(b) > gossip.MaxPendingRecord && !n.rules().Counts(n.host.ID()) {
+		// Peers take no record this large from a node that does not
+		// count: until it counts, its facts are withheld, so that it
+		// is listed pending and can be admitted (by hand: an
+		// --auto-admit expression sees no facts). Admitted, it writes
+		// them (announceOwn).
+		rec.Facts = json.RawMessage(`{}`)
+		if b, err = json.Marshal(rec); err != nil {
+			return nil, fmt.Errorf("node: encode own record: %w", err)
+		}
+		n.authWarn.warn(n.log, "own facts", "this node's record is too large for peers to take before it is admitted: its facts are withheld until it is (admit it by hand; shrink its facts for --auto-admit to see them)",
+			"limit", gossip.MaxPendingRecord)
+	}
 	if err := checkRecord(b); err != nil { // as other nodes will check it
 		return nil, fmt.Errorf("node: own record other nodes would refuse: %w", err)
 	}
@@ -152,10 +165,10 @@ func (n *Node) putRecord(ctx context.Context, b []byte) error {
 		return nil
 	}
 	s, err := n.replica.Put(ctx, key, b)
-	if rules := n.rules(); err == nil && len(s.Raw) > gossip.MaxPendingRecord && !rules.Counts(n.host.ID()) {
-		// Peers take so large a record only from a node that counts.
-		n.authWarn.warn(n.log, "own record", "this node's record is too large for peers to take before it is admitted: they will not list it as pending (shrink its facts, or admit it first)",
-			"bytes", len(s.Raw), "limit", gossip.MaxPendingRecord)
+	if err == nil && len(s.Value) > gossip.MaxPendingRecord && !n.rules().Counts(n.host.ID()) {
+		// Its facts withheld, and still too large (its addresses).
+		n.authWarn.warn(n.log, "own record", "this node's record is too large for peers to take before it is admitted, even without its facts: they will not list it as pending",
+			"bytes", len(s.Value), "limit", gossip.MaxPendingRecord)
 	}
 	return err
 }

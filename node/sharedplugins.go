@@ -460,13 +460,22 @@ func (n *Node) pruneLoop() {
 // plugin unloaded from its tribes) and the partial downloads a crash left
 // behind, once each has been left alone for sharedStale: each binary may
 // be 256 MiB, and every member that opted in keeps a copy. What is not a
-// sha256-named dir or a download of ours is left alone.
+// sha256-named dir or a download of ours is left alone, and so is a
+// plugin dir outside the data dir (--plugin-dir), which other agents on
+// the host may share.
 func (n *Node) pruneShared() {
+	if rel, err := filepath.Rel(n.cfg.DataDir, n.pluginDir()); err != nil || !filepath.IsLocal(rel) {
+		return // a plugin dir of its own, which other agents may share: theirs to keep
+	}
 	dir := filepath.Join(n.pluginDir(), "shared")
 	dirs, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	// No plugin loads meanwhile: one whose entry arrived after the look
+	// below could start from a binary about to be removed.
+	n.plugins.syncMu.Lock()
+	defer n.plugins.syncMu.Unlock()
 	named := map[string]bool{}
 	for _, e := range n.replica.Prefix(tribesPrefix) {
 		if segs := strings.Split(e.Key, "/"); len(segs) != 4 || segs[2] != "plugins" {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -253,6 +255,17 @@ func (n *Node) runTask(ctx context.Context, tribe, key string, r *taskRun, st ta
 		n.tasks.report(key, r, st)
 		return
 	}
+	sum := sha256.Sum256(r.raw)
+	entry := hex.EncodeToString(sum[:6])
+	switch {
+	case !st.Task.IsZero() && !st.Task.Equal(rec.Created):
+		st = tasks.Status{} // another task of that name: its own runs
+	case st.State == tasks.Disabled && st.Entry == entry:
+		// Disabled under this very entry before this node restarted.
+		n.tasks.report(key, r, st)
+		return
+	}
+	st.Task, st.Entry = rec.Created, entry
 	if rec.Stopped {
 		st.State = tasks.Stopped
 		n.tasks.report(key, r, st)

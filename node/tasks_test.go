@@ -66,13 +66,23 @@ func TestTaskRunsCountAcrossARestart(t *testing.T) {
 	if _, err := n.CreateTask(ctx, "t", api.TaskRequest{Manifest: "name: once\nschedule: {interval: 1s, count: 1}\nworkflow: {collect: {plugin: echo, method: echo}}\n"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := n.CreateTask(ctx, "t", api.TaskRequest{Manifest: "name: broken\nschedule: {interval: 1s}\nworkflow: {collect: {plugin: echo, method: nope}}\nmax_failures: 1\n"}); err != nil {
+		t.Fatal(err)
+	}
 	stored := func(n *Node) tasks.Status {
 		e, _ := n.replica.Get(nodesPrefix + n.ID().String())
 		var rec nodeRecord
 		json.Unmarshal(e.Value, &rec)
 		return rec.Tasks["t/once"]
 	}
+	storedOf := func(n *Node, task string) tasks.Status {
+		e, _ := n.replica.Get(nodesPrefix + n.ID().String())
+		var rec nodeRecord
+		json.Unmarshal(e.Value, &rec)
+		return rec.Tasks["t/"+task]
+	}
 	waitFor(t, "the run, in the record", func() bool { st := stored(n); return st.Runs == 1 && st.State == tasks.Done })
+	waitFor(t, "the broken task disabled, in the record", func() bool { return storedOf(n, "broken").State == tasks.Disabled })
 	ran := stored(n).LastRun
 	n.Close()
 
@@ -81,6 +91,9 @@ func TestTaskRunsCountAcrossARestart(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // past the interval
 	if st, ok := n.tasks.statuses()["t/once"]; !ok || st.Runs != 1 || st.State != tasks.Done || !st.LastRun.Equal(ran) {
 		t.Fatalf("after a restart: %+v (%v), want the one run of %v, done", st, ok, ran)
+	}
+	if st := n.tasks.statuses()["t/broken"]; st.State != tasks.Disabled || st.Runs != 1 {
+		t.Fatalf("the disabled task after a restart: %+v, want it disabled after its one run", st)
 	}
 }
 

@@ -251,6 +251,14 @@ func (n *Node) nameIn(id peer.ID, e *gossip.Signed) nodeName {
 	var rec nodeName
 	json.Unmarshal(e.Value, &rec)
 	n.names.Store(id, cachedName{e, rec})
+	if cur, ok := n.replica.Get(e.Key); !ok || cur != e {
+		// Replaced or deleted meanwhile: its watcher may have dropped
+		// the cache before the Store above (at worst a newer entry's
+		// goes too, and is decoded again).
+		if c, ok := n.names.Load(id); ok && c.(cachedName).entry == e {
+			n.names.Delete(id)
+		}
+	}
 	return rec
 }
 

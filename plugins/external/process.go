@@ -156,8 +156,12 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		// still its own: what it left running in the group (a child in
 		// the background) is killed now, or it would outlive the
 		// plugin, holding its pipes open.
-		waitExited(cmd.Process.Pid)
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if waitExited(cmd.Process.Pid) == nil {
+			p.mu.Lock()
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			p.reaped = true // no kill from now on: Wait frees the group's number
+			p.mu.Unlock()
+		}
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.reaped = true
@@ -188,12 +192,13 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 	return p, nil
 }
 
-// waitExited returns once process pid has ended, without reaping it.
-func waitExited(pid int) {
+// waitExited returns once process pid has ended, without reaping it; an
+// error says it could not wait (Wait will say why).
+func waitExited(pid int) error {
 	var si unix.Siginfo
 	for {
 		if err := unix.Waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOWAIT, nil); err != unix.EINTR {
-			return // ended (or not ours to wait for: Wait says why)
+			return err
 		}
 	}
 }

@@ -82,6 +82,13 @@ type Status struct {
 	LastRun  time.Time `json:"last_run,omitzero"`
 	LastMS   int64     `json:"last_ms"`
 	Error    string    `json:"error,omitempty"`
+	// Task and Entry say which task entry the status is of, for a node
+	// that takes its statuses up again as it starts: the task's creation
+	// time (a task deleted and made again under its name is another
+	// task) and a short hash of the entry (a disabled task runs again
+	// only under a new entry).
+	Task  time.Time `json:"task,omitzero"`
+	Entry string    `json:"entry,omitempty"`
 }
 
 // maxErrorLen bounds the error kept in a status.

@@ -104,7 +104,7 @@ install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/tribe
 ifneq ($(INSTALL_UNIT),)
 	install -d $(DESTDIR)$(UNITDIR)
-	sed -e 's|^ExecStart=/usr/bin/tribe |ExecStart=$(BINDIR)/tribe |' \
+	sed -e 's|^ExecStart=/usr/bin/tribe |ExecStart=$(BINDIR)/tribe |' -e 's|^ExecReload=/usr/bin/tribe |ExecReload=$(BINDIR)/tribe |' \
 	    -e 's|/etc/tribe/|$(SYSCONFDIR)/tribe/|g' -e 's|/etc/default/tribe|$(SYSCONFDIR)/default/tribe|g' \
 	    $(PKG)/tribe.service >$(DESTDIR)$(UNITDIR)/tribe.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/tribe.service

@@ -153,6 +153,18 @@ func TestLoadConfigFile(t *testing.T) {
 	if err := LoadConfigFile(filepath.Join(dir, "missing.yaml"), &c); err == nil {
 		t.Fatal("missing config file accepted")
 	}
+	// A second document would be read by no one: its trusted writers
+	// would not be, and the agent start in an open fleet.
+	os.WriteFile(path, []byte("cluster: x\n---\ntrusted: [bogus]\n"), 0o600)
+	if err := LoadConfigFile(path, &c); err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Fatalf("two documents: %v", err)
+	}
+	for _, one := range []string{"", "# only a comment\n", "cluster: y\n---\n", "---\ncluster: y\n"} {
+		os.WriteFile(path, []byte(one), 0o600)
+		if err := LoadConfigFile(path, &c); err != nil {
+			t.Errorf("%q: %v", one, err)
+		}
+	}
 }
 
 func TestNewLoggerWritesJSON(t *testing.T) {

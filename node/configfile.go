@@ -59,6 +59,18 @@ func LoadConfigFile(path string, cfg *Config) error {
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("node: config file %s: %w", path, err)
 	}
+	// A second document (after ---) would be read by no one: an error,
+	// not settings silently left out. An empty one is nothing.
+	for {
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil || len(extra.Content) != 1 || extra.Content[0].Tag != "!!null" {
+			return fmt.Errorf("node: config file %s: more than one YAML document (a --- line): put every setting in one", path)
+		}
+	}
 	set(&cfg.Name, f.Name)
 	set(&cfg.Cluster, f.Cluster)
 	set(&cfg.MDNS, f.MDNS)

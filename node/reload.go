@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
@@ -141,6 +142,18 @@ func (n *Node) Reload(ctx context.Context) (api.ReloadResult, error) {
 		return api.ReloadResult{}, fmt.Errorf("%w (nothing changed)", err)
 	}
 	changed, restart := reloadDiff(n.inForce, reread)
+	if slices.Contains(changed, "trusted") && trustOf(reread).Open() && !n.replica.Trust().Open() {
+		// A line commented out and a reload would let every peer that
+		// can connect write the fleet's state and run its plugins.
+		n.reloads.refused.Add(1)
+		return api.ReloadResult{}, errors.New("node: the config names no trusted writer: a reload does not open trust to every peer that can connect; restart the agent to do that (nothing changed)")
+	}
+	if slices.Contains(restart, "swarm_key") && reread.SwarmKeyFile != "" {
+		if _, err := keys.LoadSwarmKey(reread.SwarmKeyFile); err != nil { // or the next start fails
+			n.reloads.refused.Add(1)
+			return api.ReloadResult{}, fmt.Errorf("node: swarm_key: %w (nothing changed)", err)
+		}
+	}
 	next := liveOf(reread)
 	level, err := logLevel(next.logLevel)
 	if err != nil { // Validate has checked it; a Reloader that did not is refused
@@ -177,6 +190,9 @@ func (n *Node) Reload(ctx context.Context) (api.ReloadResult, error) {
 		}
 		return api.ReloadResult{}, fmt.Errorf("%w (nothing changed)", err)
 	}
+	if trustChanged {
+		n.forgetOthersAcks() // only now: a refused reload restores the old list, not what was forgotten
+	}
 	n.live.Store(next)
 	if n.logLevel != nil {
 		n.logLevel.Set(level)
@@ -212,6 +228,17 @@ func trustOf(c Config) gossip.Trust {
 	return gossip.NewTrust(ids...)
 }
 
+// forgetOthersAcks drops other nodes' acks once this node is no longer a
+// trusted writer: they are not its to keep (jobacks.go).
+func (n *Node) forgetOthersAcks() {
+	if n.holdsAllAcks() {
+		return
+	}
+	if err := n.replica.Forget(n.othersAcks()...); err != nil {
+		n.log.Warn("forgetting other nodes' acks once not a trusted writer", "err", err)
+	}
+}
+
 // setTrust puts a trust list in force: the replica loads its state again
 // under it (watchers see what changed), the rules judge by it, and what
 // depends on this node's own standing (the plugins it runs, its policy
@@ -219,13 +246,6 @@ func trustOf(c Config) gossip.Trust {
 func (n *Node) setTrust(t gossip.Trust) error {
 	if _, err := n.replica.SetTrust(t); err != nil {
 		return err
-	}
-	if !n.holdsAllAcks() {
-		// No longer a trusted writer: other nodes' acks are not this
-		// node's to keep (jobacks.go).
-		if err := n.replica.Forget(n.othersAcks()...); err != nil {
-			n.log.Warn("forgetting other nodes' acks once not a trusted writer", "err", err)
-		}
 	}
 	n.auth.setTrusted(t)
 	n.auth.mu.Lock()

@@ -146,6 +146,7 @@ func TestReloadAppliesLiveSettingsAllOrNothing(t *testing.T) {
 		"exec:\n  commands:\n    bad name: {argv: [true]}\n",
 		"log_level: loud\n",
 		"facts_file: " + filepath.Join(dir, "missing.yaml") + "\n",
+		"swarm_key: " + filepath.Join(dir, "missing.key") + "\n", // a restart setting, but the next start would fail
 	} {
 		write(bad)
 		if _, err := n.Reload(ctx); err == nil || !strings.Contains(err.Error(), "nothing changed") {
@@ -197,13 +198,22 @@ func TestReloadChangesTrustedWriters(t *testing.T) {
 	if _, err := n.CreateTribe(ctx, "web"); err == nil || !strings.Contains(err.Error(), "trusted writer") {
 		t.Errorf("create by a node no longer trusted: %v", err)
 	}
+	// A reload does not open trust (a trusted line commented out would
+	// let every peer that can connect write the state): a restart does.
 	os.WriteFile(file, nil, 0o600)
+	if _, err := n.Reload(ctx); err == nil || !strings.Contains(err.Error(), "restart the agent") {
+		t.Fatalf("reload to open trust: %v, want it refused", err)
+	}
+	if st, _ := n.Status(ctx); st.Trust != "list" {
+		t.Fatalf("trust %s after a refused reload", st.Trust)
+	}
+	os.WriteFile(file, []byte("trusted: ["+n.ID().String()+"]\n"), 0o600)
 	if res, err := n.Reload(ctx); err != nil || !slices.Equal(res.Changed, []string{"trusted"}) {
-		t.Fatalf("reload back to open trust: %+v, %v", res, err)
+		t.Fatalf("reload back to this node as the trusted writer: %+v, %v", res, err)
 	}
 	if _, err := n.Tribe(ctx, "core"); err != nil {
 		e, ok := n.replica.Get("tribes/core")
-		t.Errorf("the stored tribe did not come back under open trust: %v (%v %v, %v)", err, e, ok, n.replica.Trust().Open())
+		t.Errorf("the stored tribe did not come back: %v (%v %v)", err, e, ok)
 	}
 }
 

@@ -121,6 +121,11 @@ func runAgent(c *cli.Context) error {
 		}
 		return cfg, err
 	}
+	// Caught from now on, not from ready: until then a SIGHUP would end
+	// the agent (systemd counts that a clean exit and does not restart
+	// it). One that comes before ready is one reload after it.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
 	return node.Run(ctx, cfg, node.Deps{Logger: log, LogLevel: level, Reload: reload}, func(n *node.Node) {
 		if lowerGC {
 			time.AfterFunc(idleGCAfter, func() { debug.SetGCPercent(gcPercent) })
@@ -134,8 +139,6 @@ func runAgent(c *cli.Context) error {
 			}
 			log.Debug("gave back the binary's resident pages; those in use fault back in", "bytes", released)
 		})
-		hups := make(chan os.Signal, 1)
-		signal.Notify(hups, syscall.SIGHUP)
 		go func() {
 			for {
 				select {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -148,4 +150,25 @@ func TestSIGHUPRereadsFactsFile(t *testing.T) {
 	if f["storage_tier"] != true {
 		t.Fatalf("facts after SIGHUP: %v", f["storage_tier"])
 	}
+}
+
+// A SIGHUP that comes while the agent starts does not end it (systemd
+// would count that a clean exit, and not restart it): it is one reload
+// once the agent is ready.
+func TestSIGHUPWhileStarting(t *testing.T) {
+	a := newAgent(t, "h1")
+	a.launch(exec.Command(tribeBin, a.args...))
+	waitEvery(t, 30*time.Second, time.Millisecond, "the agent's first log line", func() bool {
+		return strings.Contains(a.log.String(), "created a new identity")
+	})
+	a.cmd.Process.Signal(syscall.SIGHUP)
+	waitEvery(t, 30*time.Second, 5*time.Millisecond, "the agent to be ready", func() bool {
+		select {
+		case err := <-a.done:
+			t.Fatalf("the agent ended on a SIGHUP while starting: %v\n%s", err, a.log)
+		default:
+		}
+		_, err := api.NewClient(filepath.Join(a.dir, api.SocketName)).Status(context.Background())
+		return err == nil
+	})
 }

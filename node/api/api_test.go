@@ -235,3 +235,43 @@ func TestProfilerAndTracerServed(t *testing.T) {
 		}
 	}
 }
+
+// floodAgent's Call answers without end, until its context ends, and
+// says when it did.
+type floodAgent struct {
+	Agent
+	ended chan error
+}
+
+func (f floodAgent) Call(ctx context.Context, _ CallRequest, emit func(CallResult)) (CallSummary, error) {
+	big := CallResult{Name: "n", Error: strings.Repeat("x", 64<<10)}
+	for ctx.Err() == nil {
+		emit(big)
+	}
+	f.ended <- ctx.Err()
+	return CallSummary{}, ctx.Err()
+}
+
+// A call client that stops reading (a CLI suspended with ^Z) does not
+// hold the call: past the write deadline it is given up.
+func TestCallClientThatStopsReadingEndsTheCall(t *testing.T) {
+	defer func(d time.Duration) { watchWriteTimeout = d }(watchWriteTimeout)
+	watchWriteTimeout = 200 * time.Millisecond
+	a := floodAgent{ended: make(chan error, 1)}
+	_, path := listen(t, a)
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"tribes":["t"],"plugin":"echo","method":"echo"}`
+	fmt.Fprintf(conn, "POST /v1/call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	select {
+	case err := <-a.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the call ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call whose client stopped reading went on")
+	}
+}

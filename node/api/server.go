@@ -382,19 +382,29 @@ func callHandler(agent Agent, l Limits) http.Handler {
 		}
 		flusher, _ := w.(http.Flusher)
 		enc := json.NewEncoder(w)
+		rc := http.NewResponseController(w)
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
 		started := false
 		line := func(l callLine) {
+			// A client that stops reading (a CLI suspended with ^Z) must
+			// not hold the fan-out, and the connections it keeps, in a
+			// write: past the deadline the call is given up.
+			rc.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
 			if !started {
 				w.Header().Set("Content-Type", "application/x-ndjson")
 				w.WriteHeader(http.StatusOK)
 				started = true
 			}
-			enc.Encode(l)
-			if flusher != nil {
-				flusher.Flush()
+			err := enc.Encode(l)
+			if err == nil && flusher != nil {
+				err = rc.Flush()
+			}
+			if err != nil {
+				cancel()
 			}
 		}
-		sum, err := agent.Call(r.Context(), req, func(res CallResult) { line(callLine{Node: &res}) })
+		sum, err := agent.Call(ctx, req, func(res CallResult) { line(callLine{Node: &res}) })
 		switch {
 		case err != nil && !started:
 			writeError(w, status(err), err)
@@ -412,7 +422,7 @@ func callHandler(agent Agent, l Limits) http.Handler {
 // misses nothing from then on.
 // watchWriteTimeout bounds how long one event may take to reach a watch
 // client; one that stops reading is cut off after it.
-const watchWriteTimeout = 10 * time.Second
+var watchWriteTimeout = 10 * time.Second
 
 func watchHandler(agent Agent) http.Handler {
 	return streamHandler(func(r *http.Request, emit func(*events.Event)) error {

@@ -59,6 +59,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/internal/fsperm"
 	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api/events"
@@ -276,6 +277,13 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
+	}
+	// Its state, its plugins and its control socket: whoever else could
+	// write the dir could replace them.
+	if fi, err := os.Stat(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("node: data dir: %w", err)
+	} else if why := fsperm.Unsafe(fi); why != "" {
+		return nil, fmt.Errorf("node: data dir %s is %s: anyone who can write it could replace the agent's state, plugins and control socket", cfg.DataDir, why)
 	}
 	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err

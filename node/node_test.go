@@ -233,3 +233,21 @@ func TestProtocolsServedOnceStarted(t *testing.T) {
 		n.Close()
 	}
 }
+
+// A data dir others can write is refused: they could replace the state,
+// the plugins and the control socket.
+func TestDataDirOthersCanWriteIsRefused(t *testing.T) {
+	c := loopbackConfig(t, "a")
+	if err := os.Chmod(c.DataDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(c, Deps{}); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Fatalf("a world-writable data dir: %v", err)
+	}
+	os.Chmod(c.DataDir, 0o755)
+	n, err := New(c, Deps{})
+	if err != nil {
+		t.Fatalf("a data dir others can read: %v", err)
+	}
+	n.Close()
+}

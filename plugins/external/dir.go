@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/tribeagent/tribe/internal/fsperm"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
@@ -25,6 +26,11 @@ func Find(dir string) (found map[string]string, skipped []error, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("plugin dir: %w", err)
 	}
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, nil, fmt.Errorf("plugin dir: %w", err)
+	} else if why := fsperm.Unsafe(fi); why != "" {
+		return nil, nil, fmt.Errorf("plugin dir %s is %s: anyone who can write it could run code as the agent", dir, why)
+	}
 	found = map[string]string{}
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
@@ -37,6 +43,8 @@ func Find(dir string) (found map[string]string, skipped []error, err error) {
 			// plugins trusted writers share in shared/.
 		case !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0:
 			skipped = append(skipped, fmt.Errorf("%s: not an executable file", path))
+		case fsperm.Unsafe(fi) != "":
+			skipped = append(skipped, fmt.Errorf("%s: %s: anyone who can write it could run code as the agent", path, fsperm.Unsafe(fi)))
 		case !wire.ValidName(e.Name()):
 			skipped = append(skipped, fmt.Errorf("%s: %q is not a plugin name (lower-case letters, digits, '.', '_' and '-', at most 63)", path, e.Name()))
 		default:

@@ -563,12 +563,22 @@ func TestFind(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "notexec"), []byte("x"), 0o644)
 	os.WriteFile(filepath.Join(dir, "Bad Name"), []byte("#!/bin/sh\n"), 0o755)
 	os.Mkdir(filepath.Join(dir, "adir"), 0o755)
+	// Anyone in its group could replace it, and run code as the agent.
+	os.WriteFile(filepath.Join(dir, "shared-write"), []byte("#!/bin/sh\n"), 0o755)
+	os.Chmod(filepath.Join(dir, "shared-write"), 0o775)
 	found, skipped, err := Find(dir)
-	if err != nil || len(found) != 1 || found["good"] == "" || len(skipped) != 2 {
+	if err != nil || len(found) != 1 || found["good"] == "" || len(skipped) != 3 {
 		t.Fatalf("found %v, skipped %v, %v", found, skipped, err)
+	}
+	if !strings.Contains(fmt.Sprint(skipped), "shared-write: writable by group or others") {
+		t.Errorf("skipped %v: want the group-writable plugin said so", skipped)
 	}
 	if found, _, err := Find(filepath.Join(dir, "none")); err != nil || len(found) != 0 {
 		t.Fatalf("a missing dir: %v %v", found, err)
+	}
+	os.Chmod(dir, 0o777)
+	if found, _, err := Find(dir); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Fatalf("a world-writable plugin dir: %v %v", found, err)
 	}
 }
 

@@ -310,6 +310,7 @@ func (n *Node) newDHT() (*dht.IpfsDHT, error) {
 		// records of made-up keys here (public keys, IPNS) for two days,
 		// with no bound but its bandwidth.
 		dht.DisableValues(),
+		dht.ProviderDatastore(n.providers),
 	)
 }
 

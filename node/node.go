@@ -193,8 +193,9 @@ type Node struct {
 	crashed   atomic.Bool   // Crash: Close says nothing
 	leaveReq  chan struct{} // closed by LeaveCluster: Run stops
 	leaveOnce sync.Once
-	refute    chan struct{} // a force-leave of this node arrived
-	recordNow chan struct{} // write the record now (recordLoop)
+	refute    chan struct{}    // a force-leave of this node arrived
+	recordNow chan struct{}    // write the record now (recordLoop)
+	providers *rendezvousStore // the DHT's provider records (dhtstore.go)
 
 	metrics     *metrics.Metrics       // nil unless Config.MetricsAddr is set
 	metricsAddr atomic.Pointer[string] // where Run serves them, once it does
@@ -270,6 +271,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	var boot [8]byte
 	crand.Read(boot[:])
 	n.boot = hex.EncodeToString(boot[:])
+	n.providers = newRendezvousStore(rendezvous(cfg.Cluster))
 	for _, s := range cfg.Join {
 		t, _ := parseJoin(s) // Validate has checked it
 		n.joins = append(n.joins, newJoin(t))

@@ -26,14 +26,20 @@ const (
 	// MaxPending bounds how many such records a node holds (about 16 MiB
 	// at most, with each entry's value held twice).
 	MaxPending = 1024
+	// PendingRewrite is the least time between two versions of such a
+	// record (a node that does not count waits as long between its own
+	// writes): at most MaxPending of them are held, and so at most
+	// MaxPending/PendingRewrite versions a second reach each node.
+	PendingRewrite = 10 * time.Second
 )
 
-// ErrPendingTooLarge and ErrPendingFull refuse a record of a node that
-// does not count (see MaxPendingRecord, MaxPending); both wrap
-// ErrNotAdmitted.
+// ErrPendingTooLarge, ErrPendingFull and ErrPendingTooSoon refuse a
+// record of a node that does not count (see MaxPendingRecord, MaxPending,
+// PendingRewrite); all wrap ErrNotAdmitted.
 var (
 	ErrPendingTooLarge = fmt.Errorf("%w: a record of over %d bytes", ErrNotAdmitted, MaxPendingRecord)
 	ErrPendingFull     = fmt.Errorf("%w: %d records of nodes that do not count held already", ErrNotAdmitted, MaxPending)
+	ErrPendingTooSoon  = fmt.Errorf("%w: a record written again within %v", ErrNotAdmitted, PendingRewrite)
 )
 
 // pendingCount is how many records of nodes that do not count are held:
@@ -58,8 +64,15 @@ func (r *Replica) checkPending(e *Signed) error {
 	if len(e.Value) > MaxPendingRecord {
 		return fmt.Errorf("%w: %s by %s holds %d bytes", ErrPendingTooLarge, e.Key, e.Author, len(e.Value))
 	}
-	if _, held := r.Version(e.Key); held {
-		return nil // a new version of a key held: no more of them
+	if held, ok := r.Version(e.Key); ok {
+		// A new version of a key held: no more of them, but no sooner
+		// than PendingRewrite after the one held, by their clocks (so
+		// every node judges alike): each version costs every node a
+		// signature check, a store and a relay.
+		if e.HLC > held.HLC && e.HLC.Wall().Sub(held.HLC.Wall()) < PendingRewrite {
+			return fmt.Errorf("%w: %s by %s, %v after the version held", ErrPendingTooSoon, e.Key, e.Author, e.HLC.Wall().Sub(held.HLC.Wall()))
+		}
+		return nil
 	}
 	if e.Deleted {
 		return fmt.Errorf("%w: %s by %s deletes a record not held", ErrNotAdmitted, e.Key, e.Author)

@@ -933,7 +933,7 @@ func (r *Replica) collect() {
 // Counters of refused input, by reason.
 type counters struct {
 	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, notAdmitted, valueRefused atomic.Int64
-	pendingTooLarge, pendingFull                                                                                  atomic.Int64
+	pendingTooLarge, pendingFull, pendingTooSoon                                                                  atomic.Int64
 
 	// Sync streams (see refuseSync): malformed in either direction,
 	// entries sent that were not asked for, penalties given, pulls of
@@ -971,6 +971,8 @@ func (c *counters) reject(err error) {
 		c.pendingTooLarge.Add(1)
 	case errors.Is(err, ErrPendingFull):
 		c.pendingFull.Add(1)
+	case errors.Is(err, ErrPendingTooSoon):
+		c.pendingTooSoon.Add(1)
 	case errors.Is(err, ErrNotAdmitted):
 		c.notAdmitted.Add(1)
 	case errors.Is(err, ErrValueRefused):
@@ -995,6 +997,7 @@ func (r *Replica) Rejected() map[string]int64 {
 		"not_admitted":             c.notAdmitted.Load(),
 		"pending_too_large":        c.pendingTooLarge.Load(),
 		"pending_full":             c.pendingFull.Load(),
+		"pending_too_soon":         c.pendingTooSoon.Load(),
 		"value_refused":            c.valueRefused.Load(),
 		"sync_malformed":           c.syncMalformed.Load(),
 		"sync_unwanted":            c.syncUnwanted.Load(),

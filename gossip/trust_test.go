@@ -201,14 +201,21 @@ func TestRecordsOfNodesThatDoNotCountAreBounded(t *testing.T) {
 	if _, err := r.Accept(late.id, late.write(t, now, "nodes/"+late.id.String(), `{"name":"p"}`, false).Raw); !errors.Is(err, ErrPendingFull) {
 		t.Fatalf("record %d of a pending node: %v, want ErrPendingFull", MaxPending+1, err)
 	}
-	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), `{"name":"q"}`, false).Raw); err != nil {
-		t.Fatalf("a held pending record's new version: %v", err)
+	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), `{"name":"q"}`, false).Raw); !errors.Is(err, ErrPendingTooSoon) {
+		t.Fatalf("a held pending record's new version at once: %v, want ErrPendingTooSoon", err)
 	}
-	if got := r.Rejected(); got["pending_too_large"] != 1 || got["pending_full"] != 1 || got["not_admitted"] != 0 {
+	n.clock.advance(PendingRewrite)
+	now = n.clock.now()
+	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), `{"name":"q"}`, false).Raw); err != nil {
+		t.Fatalf("a held pending record's new version %v later: %v", PendingRewrite, err)
+	}
+	if got := r.Rejected(); got["pending_too_large"] != 1 || got["pending_full"] != 1 || got["pending_too_soon"] != 1 || got["not_admitted"] != 0 {
 		t.Fatalf("counted %v", got)
 	}
 	// Tombstones are no way around the bound: one over a record held is
 	// taken (and still counts), one over nothing is refused.
+	n.clock.advance(PendingRewrite)
+	now = n.clock.now()
 	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), "", true).Raw); err != nil {
 		t.Fatalf("a pending node deleting its record: %v", err)
 	}
@@ -218,6 +225,8 @@ func TestRecordsOfNodesThatDoNotCountAreBounded(t *testing.T) {
 	if _, err := r.Accept(late.id, late.write(t, now, "nodes/"+late.id.String(), `{"name":"p"}`, false).Raw); !errors.Is(err, ErrPendingFull) {
 		t.Fatalf("a record once one held was deleted: %v, want ErrPendingFull", err)
 	}
+	n.clock.advance(PendingRewrite)
+	now = n.clock.now()
 	if _, err := r.Accept(first.id, first.write(t, now, "nodes/"+first.id.String(), `{"name":"back"}`, false).Raw); err != nil {
 		t.Fatalf("a record over its own tombstone: %v", err)
 	}

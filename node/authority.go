@@ -97,10 +97,7 @@ func (n *Node) initAuthority() {
 func (n *Node) announceOwn() {
 	n.rewriteOwn.Store(true)
 	n.triggerReconcile()
-	select { // and its record, with the facts it withheld if they were too large
-	case n.recordNow <- struct{}{}:
-	default:
-	}
+	n.pokeRecord() // and its record, with the facts it withheld if they were too large
 }
 
 // applyAdmission takes one admitted/<peer> entry (nil or a tombstone: no

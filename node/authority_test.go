@@ -374,3 +374,33 @@ func TestLargeFactsWithheldUntilAdmitted(t *testing.T) {
 		return f["notes"] == cb.Facts["notes"]
 	})
 }
+
+// A node that does not count writes its record again no sooner than peers
+// take it (gossip.PendingRewrite after the last): a change comes late,
+// not refused.
+func TestPendingNodePacesItsRecord(t *testing.T) {
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	admin := startNode(t, ca)
+	cb := loopbackConfig(t, "b")
+	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
+	b := startNode(t, cb)
+	waitFor(t, "admin to hold b's record", func() bool { _, ok := admin.nodeNamed(b.ID()); return ok })
+	if _, err := b.adoptFacts(context.Background(), policy.Facts{"rack": "r2"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(gossip.PendingRewrite + 10*time.Second)
+	for {
+		f, _ := admin.Facts(context.Background(), b.ID().String())
+		if f["rack"] == "r2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b's new facts did not reach admin within %v", gossip.PendingRewrite+10*time.Second)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := admin.replica.Rejected()["pending_too_soon"]; got != 0 {
+		t.Errorf("admin refused %d versions of b's record as too soon", got)
+	}
+}

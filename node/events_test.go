@@ -128,7 +128,9 @@ func TestStrangersRecordsHoldNothingBack(t *testing.T) {
 		key, _, _ := crypto.GenerateEd25519Key(rand.Reader)
 		id, _ := peer.IDFromPrivateKey(key)
 		rec, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("s%d", i)})
-		s, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: rec, HLC: gossip.Next(0, time.Now())}, key)
+		// Written a while ago: a new version of it (the tombstone below)
+		// is taken only gossip.PendingRewrite after it.
+		s, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: rec, HLC: gossip.Next(0, time.Now().Add(-2*gossip.PendingRewrite))}, key)
 		if _, err := a.replica.Accept(id, s.Raw); err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +142,7 @@ func TestStrangersRecordsHoldNothingBack(t *testing.T) {
 	if rec, ok := a.nodeNamed(last); !ok || rec.Name != "s49" {
 		t.Fatalf("the last stranger's record: %+v %v", rec, ok)
 	}
-	gone, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + last.String(), Deleted: true, HLC: gossip.Next(0, time.Now().Add(time.Millisecond))}, lastKey)
+	gone, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + last.String(), Deleted: true, HLC: gossip.Next(0, time.Now())}, lastKey)
 	if _, err := a.replica.Accept(last, gone.Raw); err != nil {
 		t.Fatal(err)
 	}

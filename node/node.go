@@ -193,9 +193,12 @@ type Node struct {
 	crashed   atomic.Bool   // Crash: Close says nothing
 	leaveReq  chan struct{} // closed by LeaveCluster: Run stops
 	leaveOnce sync.Once
-	refute    chan struct{}    // a force-leave of this node arrived
-	recordNow chan struct{}    // write the record now (recordLoop)
-	providers *rendezvousStore // the DHT's provider records (dhtstore.go)
+	refute    chan struct{} // a force-leave of this node arrived
+	recordNow chan struct{} // write the record now (recordLoop)
+	// recordLater writes the record once a node that does not count may
+	// write it again (putRecord; guarded by recordMu).
+	recordLater *time.Timer
+	providers   *rendezvousStore // the DHT's provider records (dhtstore.go)
 
 	metrics     *metrics.Metrics       // nil unless Config.MetricsAddr is set
 	metricsAddr atomic.Pointer[string] // where Run serves them, once it does

@@ -161,8 +161,22 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 // The caller holds recordMu.
 func (n *Node) putRecord(ctx context.Context, b []byte) error {
 	key := nodesPrefix + n.host.ID().String()
-	if cur, ok := n.replica.Get(key); ok && string(cur.Value) == string(b) {
+	cur, ok := n.replica.Version(key)
+	if ok && !cur.Deleted && string(cur.Value) == string(b) {
 		return nil
+	}
+	if ok && !n.rules().Counts(n.host.ID()) {
+		// Peers take a new version of a record of a node that does not
+		// count only gossip.PendingRewrite after the one before: it is
+		// written then (recordLoop), not now to be refused.
+		if wait := gossip.PendingRewrite - n.now().Sub(cur.HLC.Wall()) + time.Millisecond; wait > 0 {
+			if n.recordLater == nil {
+				n.recordLater = time.AfterFunc(wait, n.pokeRecord)
+			} else {
+				n.recordLater.Reset(wait)
+			}
+			return nil
+		}
 	}
 	s, err := n.replica.Put(ctx, key, b)
 	if err == nil && len(s.Value) > gossip.MaxPendingRecord && !n.rules().Counts(n.host.ID()) {
@@ -171,6 +185,14 @@ func (n *Node) putRecord(ctx context.Context, b []byte) error {
 			"bytes", len(s.Value), "limit", gossip.MaxPendingRecord)
 	}
 	return err
+}
+
+// pokeRecord has recordLoop write this node's record now.
+func (n *Node) pokeRecord() {
+	select {
+	case n.recordNow <- struct{}{}:
+	default:
+	}
 }
 
 // nodeRecords returns every node's record by peer, bad records skipped.

@@ -76,6 +76,13 @@ fuzz:
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobListAnswer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodePluginFetchRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/names -run '^$$' -fuzz '^FuzzNamesAreTheRegexps$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzCheckRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeTaskRunLine$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobOutputAnswer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeFetchHeader$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policy -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policy -run '^$$' -fuzz '^FuzzCheckJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/names -run '^$$' -fuzz '^FuzzPrintableIsWhatQuoteKeeps$$' -fuzztime $(FUZZTIME)
 
 # Speed and memory, as ratios measured side by side in one run. The last
 # line measures the sim's spread of writes, policies, a newcomer's record,

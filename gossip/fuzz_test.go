@@ -71,6 +71,7 @@ func FuzzSyncMessages(f *testing.F) {
 			if !bytes.Equal(EncodeRequest(req), b) {
 				t.Fatal("request does not re-encode to itself")
 			}
+			CheckRequest(req)
 			s.Respond(req, 1<<20, Full)
 			s.Respond(req, 1<<20, Shared)
 		}
@@ -78,6 +79,8 @@ func FuzzSyncMessages(f *testing.F) {
 			if !bytes.Equal(EncodeResponse(resp), b) {
 				t.Fatal("response does not re-encode to itself")
 			}
+			CheckResponse(SyncRequest{}, resp)
+			CheckResponse(SyncRequest{Want: []uint64{1, 2}}, resp)
 			s.NextPull(SyncRequest{}, resp, Full, nil)
 			s.NextPull(SyncRequest{}, resp, Shared, nil)
 		}

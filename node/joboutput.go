@@ -172,13 +172,29 @@ func (n *Node) fetchJobOutput(ctx context.Context, p peer.ID, addrs []string, id
 		return nil, err
 	}
 	defer done()
+	out, err := decodeJobOutputAnswer(s)
+	if errors.Is(err, errBadOutputAnswer) {
+		n.jobs.outputBadAnswer.Add(1)
+	}
+	return out, err
+}
+
+// errBadOutputAnswer is a job output answer that does not read.
+var errBadOutputAnswer = errors.New("a job output answer that does not read")
+
+// decodeJobOutputAnswer reads a target's answer to a job output request:
+// the output, or the target's refusal as an error.
+func decodeJobOutputAnswer(r io.Reader) ([]byte, error) {
 	// base64 of the largest output, and the JSON around it.
 	var a jobOutputAnswer
-	if err := json.NewDecoder(io.LimitReader(s, jobOutputMax/3*4+1024)).Decode(&a); err != nil {
-		return nil, err
+	if err := json.NewDecoder(io.LimitReader(r, jobOutputMax/3*4+1024)).Decode(&a); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadOutputAnswer, err)
 	}
 	if a.Error != "" {
 		return nil, errors.New(a.Error)
+	}
+	if len(a.Output) > jobOutputMax {
+		return nil, fmt.Errorf("%w: %d bytes of output, at most %d", errBadOutputAnswer, len(a.Output), jobOutputMax)
 	}
 	return a.Output, nil
 }

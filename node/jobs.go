@@ -79,22 +79,23 @@ type jobSet struct {
 
 	recall ownAckRecall // own acks asked of writers after a start (jobrecall.go)
 
-	unreadable    atomic.Int64 // job or ack entries this version cannot read
-	acksPublished atomic.Int64 // acks published because the writer was out of reach
-	acksFetched   atomic.Int64 // acks this writer asked targets for and got (jobacks.go)
-	fetches       ackFetches   // what this writer asks targets for (jobacks.go)
-	handRefused   atomic.Int64 // job streams that carried no job this node takes
-	ackRefused    atomic.Int64 // acks from peers that are not targets, or of jobs not held (admitAck)
-	handBusy      atomic.Int64 // job streams refused: too many open, or the peer cooling down
-	handUnstored  atomic.Int64 // job streams answered refused: the job loop did not store the job in time
-	handing       *gossip.Slots
-	outputRefused atomic.Int64 // output requests refused (not trusted, busy, malformed)
-	outputs       *gossip.Slots
-	listing       *gossip.Slots
-	listRefused   atomic.Int64        // job list requests refused (not admitted, malformed, busy)
-	views         map[string]listView // jobs' rows in a list, by job id (joblist.go)
-	viewGens      map[string]uint64   // changes of each job and its acks seen by dropView
-	viewsMade     atomic.Int64        // rows made, not kept
+	unreadable      atomic.Int64 // job or ack entries this version cannot read
+	acksPublished   atomic.Int64 // acks published because the writer was out of reach
+	acksFetched     atomic.Int64 // acks this writer asked targets for and got (jobacks.go)
+	fetches         ackFetches   // what this writer asks targets for (jobacks.go)
+	handRefused     atomic.Int64 // job streams that carried no job this node takes
+	ackRefused      atomic.Int64 // acks from peers that are not targets, or of jobs not held (admitAck)
+	handBusy        atomic.Int64 // job streams refused: too many open, or the peer cooling down
+	handUnstored    atomic.Int64 // job streams answered refused: the job loop did not store the job in time
+	handing         *gossip.Slots
+	outputRefused   atomic.Int64 // output requests refused (not trusted, busy, malformed)
+	outputBadAnswer atomic.Int64 // output answers (of a target asked) that did not read
+	outputs         *gossip.Slots
+	listing         *gossip.Slots
+	listRefused     atomic.Int64        // job list requests refused (not admitted, malformed, busy)
+	views           map[string]listView // jobs' rows in a list, by job id (joblist.go)
+	viewGens        map[string]uint64   // changes of each job and its acks seen by dropView
+	viewsMade       atomic.Int64        // rows made, not kept
 }
 
 type cachedJob struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -62,10 +63,18 @@ func checkRecord(v []byte) error {
 }
 
 // checkValue is the replica's Value (gossip.ReplicaConfig.Value): what an
-// entry's value must hold, whoever sent it. Only node records are checked.
+// entry's value must hold, whoever sent it. Node records are checked, and
+// admissions: one that does not read would revoke its node on every node
+// that took it.
 func checkValue(e *gossip.Signed) error {
-	if e.Deleted || !strings.HasPrefix(e.Key, nodesPrefix) {
+	switch {
+	case e.Deleted:
 		return nil
+	case strings.HasPrefix(e.Key, nodesPrefix):
+		return checkRecord(e.Value)
+	case strings.HasPrefix(e.Key, authority.AdmittedPrefix):
+		_, err := authority.DecodeAdmission(e.Value)
+		return err
 	}
-	return checkRecord(e.Value)
+	return nil
 }

@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/internal/names"
+	"github.com/tribeagent/tribe/keys"
 )
 
 func TestCheckRecord(t *testing.T) {
@@ -152,4 +156,63 @@ func TestHostName(t *testing.T) {
 			t.Errorf("hostName(%q, %v) = %q, want %q", c.h, c.err, got, c.want)
 		}
 	}
+}
+
+// An admission that does not read is refused (value_refused), and the
+// admission held stands: it once revoked its node on every node that
+// took it.
+func TestUnreadableAdmissionChangesNothing(t *testing.T) {
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	adminKey, _, err := keys.LoadOrCreateIdentity(filepath.Join(ca.DataDir, keys.IdentityFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := startNode(t, ca)
+	cb := loopbackConfig(t, "b")
+	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
+	b := startNode(t, cb)
+	waitFor(t, "admin to hold b's record", func() bool { _, ok := admin.nodeNamed(b.ID()); return ok })
+	if _, err := admin.Admit(context.Background(), []string{"b"}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to see its admission", func() bool { return b.rules().Status(b.ID()) == authority.Admitted })
+	key := authority.AdmittedPrefix + b.ID().String()
+	held, _ := b.replica.Get(key)
+	for _, v := range []string{`{"state":"maybe"}`, `not json`} {
+		bad, err := gossip.Sign(gossip.Entry{Key: key, Value: []byte(v), HLC: gossip.Next(held.HLC, time.Now())}, adminKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.replica.Accept(admin.ID(), bad.Raw); !errors.Is(err, gossip.ErrValueRefused) {
+			t.Fatalf("%s: %v, want ErrValueRefused", v, err)
+		}
+	}
+	if s := b.rules().Status(b.ID()); s != authority.Admitted {
+		t.Fatalf("b is %s after unreadable admissions, want admitted", s)
+	}
+}
+
+// FuzzCheckRecord: a record is any peer's to write, and every node checks
+// it. What it takes has a bounded, printable name and version, and its
+// facts decode.
+func FuzzCheckRecord(f *testing.F) {
+	f.Add([]byte(`{"name":"web-1","addrs":["/ip4/10.0.0.1/tcp/4001"],"version":"0.1.0","facts":{"os":"linux"}}`))
+	f.Add([]byte(`{"name":"a\u001b[31mb"}`))
+	f.Add([]byte(`{"name":"` + strings.Repeat("a", 65) + `"}`))
+	f.Add([]byte(`{"facts":{"a":{"b":{"c":{"d":{"e":{"f":{"g":{"h":{"i":1}}}}}}}}}}`))
+	f.Add([]byte(`{"plugins":{"t/p":{"error":"x"}},"tasks":{"t/x":{"runs":1}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if checkRecord(b) != nil {
+			return
+		}
+		var rec nodeRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return // fields checkRecord does not read may not decode here
+		}
+		if len(rec.Name) > maxNameLen || !names.Printable(rec.Name) || len(rec.Version) > maxVersionLen || !names.Printable(rec.Version) {
+			t.Fatalf("took %q: name %q, version %q", b, rec.Name, rec.Version)
+		}
+		rec.facts()
+	})
 }

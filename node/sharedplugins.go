@@ -89,6 +89,7 @@ type sharing struct {
 	turns    map[string]int // see turn
 
 	hashMismatch atomic.Int64 // fetched bytes whose hash was not the entry's
+	badAnswer    atomic.Int64 // fetch answers that did not read, or offered another size
 	refused      atomic.Int64 // fetch requests refused (not counted, malformed)
 	busy         atomic.Int64 // fetch requests refused: too many served, or the peer cooling down
 	serving      *gossip.Slots
@@ -258,18 +259,11 @@ func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
 	if err != nil {
 		return fmt.Errorf("no answer: %w", err)
 	}
-	var head struct {
-		Size  int64  `json:"size"`
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(line, &head); err != nil {
-		return fmt.Errorf("a malformed answer: %w", err)
-	}
-	if head.Error != "" {
-		return errors.New(head.Error)
-	}
-	if head.Size != b.Size {
-		return fmt.Errorf("it offers %d bytes, the entry says %d", head.Size, b.Size)
+	if err := decodeFetchHeader(line, b.Size); err != nil {
+		if errors.Is(err, errBadFetchAnswer) {
+			n.sharing.badAnswer.Add(1)
+		}
+		return err
 	}
 	path := n.sharedPath(b, name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -296,6 +290,30 @@ func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// errBadFetchAnswer is a plugin fetch answer that does not read, or
+// offers other than the entry's size.
+var errBadFetchAnswer = errors.New("a bad plugin fetch answer")
+
+// decodeFetchHeader reads the first line of a plugin fetch's answer: the
+// size that follows, which must be want, or the peer's refusal, returned
+// as an error.
+func decodeFetchHeader(line []byte, want int64) error {
+	var head struct {
+		Size  int64  `json:"size"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(line, &head); err != nil {
+		return fmt.Errorf("%w: %v", errBadFetchAnswer, err)
+	}
+	if head.Error != "" {
+		return errors.New(head.Error)
+	}
+	if head.Size != want {
+		return fmt.Errorf("%w: it offers %d bytes, the entry says %d", errBadFetchAnswer, head.Size, want)
+	}
+	return nil
 }
 
 type pluginFetchRequest struct {

@@ -56,8 +56,9 @@ type taskSet struct {
 
 	watch        taskWatch // taskwatch.go
 	watchRefused atomic.Int64
-	// watchOverlong counts members' run lines over taskRunLineMax.
-	watchOverlong atomic.Int64
+	// watchOverlong counts members' run lines over taskRunLineMax, and
+	// watchMalformed those that do not read.
+	watchOverlong, watchMalformed atomic.Int64
 }
 
 type taskRun struct {

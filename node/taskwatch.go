@@ -369,18 +369,13 @@ func (n *Node) watchMember(ctx context.Context, t callTarget, key string, runs c
 		if err != nil {
 			return err
 		}
-		var line struct {
-			api.TaskRun
-			Error string `json:"error"`
+		ev, err := decodeTaskRunLine(b)
+		if errors.Is(err, errBadRunLine) {
+			n.tasks.watchMalformed.Add(1)
 		}
-		if err := json.Unmarshal(b, &line); err != nil {
+		if err != nil {
 			return err
 		}
-		if line.ID == "" && line.Error != "" {
-			return errors.New(line.Error)
-		}
-		ev := line.TaskRun
-		ev.Error = line.Error
 		// A member speaks for itself only.
 		ev.ID, ev.Name = t.id.String(), t.name
 		select {
@@ -389,4 +384,25 @@ func (n *Node) watchMember(ctx context.Context, t callTarget, key string, runs c
 			return nil
 		}
 	}
+}
+
+// errBadRunLine is a task watch line that does not read.
+var errBadRunLine = errors.New("a run line that does not read")
+
+// decodeTaskRunLine reads a member's line of a task watch: a run, or the
+// member's refusal (an error with no id), returned as an error.
+func decodeTaskRunLine(b []byte) (api.TaskRun, error) {
+	var line struct {
+		api.TaskRun
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(b, &line); err != nil {
+		return api.TaskRun{}, fmt.Errorf("%w: %v", errBadRunLine, err)
+	}
+	if line.ID == "" && line.Error != "" {
+		return api.TaskRun{}, errors.New(line.Error)
+	}
+	ev := line.TaskRun
+	ev.Error = line.Error
+	return ev, nil
 }

@@ -143,6 +143,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["busy_not_dialled"] = n.sheds.notDialled.Load()
 	out["referrals_skipped"] = n.sheds.skipped.Load()
 	out["membership_unbacked"] = n.auth.unbacked.Load()
+	out["policy_unusable"] = n.unusable.count.Load()
 	out["name_taken"] = n.auth.nameTaken.Load()
 	out["facts_refused"] = n.facts.refused.Load()
 	out["reload_refused"] = n.reloads.refused.Load()

@@ -198,6 +198,7 @@ type Node struct {
 	// recordLater writes the record once a node that does not count may
 	// write it again (putRecord; guarded by recordMu).
 	recordLater *time.Timer
+	unusable    unusablePolicies // policy entries this node cannot use (policies.go)
 	providers   *rendezvousStore // the DHT's provider records (dhtstore.go)
 
 	metrics     *metrics.Metrics       // nil unless Config.MetricsAddr is set

@@ -117,11 +117,12 @@ func (n *Node) policies() []policy.Policy {
 	var out []policy.Policy
 	for _, e := range n.replica.Prefix(policiesPrefix) {
 		var p policy.Policy
-		if json.Unmarshal(e.Value, &p) != nil {
+		if err := json.Unmarshal(e.Value, &p); err != nil {
+			n.policyUnusable(e, err)
 			continue
 		}
 		p.Name = strings.TrimPrefix(e.Key, policiesPrefix)
-		out = append(out, n.compiled(p))
+		out = append(out, n.compiled(e, p))
 	}
 	return out
 }
@@ -129,11 +130,38 @@ func (n *Node) policies() []policy.Policy {
 // compiled attaches p's program (policy.Compile shares compiled programs
 // across the process); a policy that does not compile here is returned
 // as is, and Evaluate reports its error.
-func (n *Node) compiled(p policy.Policy) policy.Policy {
-	if cp, err := p.WithProgram(); err == nil {
-		return cp
+func (n *Node) compiled(e *gossip.Signed, p policy.Policy) policy.Policy {
+	cp, err := p.WithProgram()
+	if err != nil {
+		n.policyUnusable(e, err)
+		return p
 	}
-	return p
+	return cp
+}
+
+// policyUnusable counts, once per entry, a policy entry this node cannot
+// use (it does not read, or its expression does not compile here: a
+// trusted writer of another version, or a mistake): it matches nothing,
+// and policy list says why.
+func (n *Node) policyUnusable(e *gossip.Signed, err error) {
+	u := &n.unusable
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.seen == nil || len(u.seen) >= 1024 {
+		u.seen = map[*gossip.Signed]error{}
+	}
+	if _, ok := u.seen[e]; !ok {
+		u.seen[e] = err
+		u.count.Add(1)
+		n.log.Warn("a policy this node cannot use matches nothing here", "policy", strings.TrimPrefix(e.Key, policiesPrefix), "err", err)
+	}
+}
+
+// unusablePolicies are the policy entries counted by policyUnusable.
+type unusablePolicies struct {
+	mu    sync.Mutex
+	seen  map[*gossip.Signed]error
+	count atomic.Int64
 }
 
 func (n *Node) triggerReconcile() {
@@ -224,8 +252,18 @@ func (n *Node) CreatePolicy(ctx context.Context, name, tribe, expr string) (api.
 // Policies implements api.Agent.
 func (n *Node) Policies(ctx context.Context) ([]api.Policy, error) {
 	out := []api.Policy{}
-	for _, p := range n.policies() {
-		out = append(out, api.Policy{Name: p.Name, Tribe: p.Tribe, Expr: p.Expr})
+	for _, e := range n.replica.Prefix(policiesPrefix) {
+		name := strings.TrimPrefix(e.Key, policiesPrefix)
+		var p policy.Policy
+		if err := json.Unmarshal(e.Value, &p); err != nil {
+			out = append(out, api.Policy{Name: name, Error: "unreadable entry: " + err.Error()})
+			continue
+		}
+		ap := api.Policy{Name: name, Tribe: p.Tribe, Expr: p.Expr}
+		if _, err := p.WithProgram(); err != nil {
+			ap.Error = err.Error()
+		}
+		out = append(out, ap)
 	}
 	return out, nil
 }

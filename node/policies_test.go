@@ -129,3 +129,30 @@ func TestPolicyTestAndCreateRefuseAlike(t *testing.T) {
 		}
 	}
 }
+
+// A policy entry this node cannot use (written by a trusted writer of
+// another version, or by hand) matches nothing, is listed with why, and
+// is counted once.
+func TestUnusablePolicyIsListedAndCounted(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, loopbackConfig(t, "a"))
+	for name, v := range map[string]string{"broken": `{"tribe":"t","expr":"facts.os =="}`, "garbled": `not json`} {
+		if _, err := n.replica.Put(ctx, policiesPrefix+name, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.policies()
+	n.policies()
+	ps, err := n.Policies(ctx)
+	if err != nil || len(ps) != 2 {
+		t.Fatalf("%+v %v", ps, err)
+	}
+	for _, p := range ps {
+		if p.Error == "" {
+			t.Errorf("%s: listed without its error", p.Name)
+		}
+	}
+	if got := n.rejected()["policy_unusable"]; got != 2 {
+		t.Errorf("policy_unusable %d, want 2 (once each)", got)
+	}
+}

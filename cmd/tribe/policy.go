@@ -86,9 +86,9 @@ func policyCommand() *cli.Command {
 						return printJSON(c.App.Writer, ps)
 					}
 					tw := table(c.App.Writer)
-					fmt.Fprintln(tw, "POLICY\tTRIBE\tEXPR")
+					fmt.Fprintln(tw, "POLICY\tTRIBE\tEXPR\tERROR")
 					for _, p := range ps {
-						row(tw, p.Name, p.Tribe, oneLine(p.Expr))
+						row(tw, p.Name, p.Tribe, oneLine(p.Expr), oneLine(p.Error))
 					}
 					return tw.Flush()
 				},

@@ -208,6 +208,10 @@ type Policy struct {
 	Name  string `json:"name"`
 	Tribe string `json:"tribe"`
 	Expr  string `json:"expr"`
+	// Error says why this node cannot use the policy (an entry it cannot
+	// read, an expression that does not compile here): it matches
+	// nothing here.
+	Error string `json:"error,omitempty"`
 }
 
 // Match is one node's verdict in `tribe policy test`.

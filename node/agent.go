@@ -162,6 +162,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["plugin_hash_mismatch"] = n.sharing.hashMismatch.Load()
 	out["plugin_fetch_refused"] = n.sharing.refused.Load()
 	out["plugin_fetch_bad_answer"] = n.sharing.badAnswer.Load()
+	out["plugin_bad_lines"] = n.plugins.badLines()
 	out["job_output_bad_answer"] = n.jobs.outputBadAnswer.Load()
 	out["task_watch_malformed"] = n.tasks.watchMalformed.Load()
 	n.tasks.watch.mu.Lock()

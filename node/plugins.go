@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -67,6 +68,47 @@ type pluginSet struct {
 	syncMu sync.Mutex // one syncPlugins at a time (it loads outside mu)
 	mu     sync.Mutex
 	loaded map[string]*loadedPlugin
+	// badRetired is what the external plugins unloaded so far wrote
+	// that broke their protocol (badLines).
+	badRetired atomic.Int64
+}
+
+// badLiner is an external plugin, which counts the lines it wrote that
+// broke the protocol.
+type badLiner interface{ BadLines() int64 }
+
+// badLines counts the lines external plugins wrote that broke their
+// protocol, since start (plugin_bad_lines).
+func (s *pluginSet) badLines() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.badRetired.Load()
+	for _, l := range s.loaded {
+		if b, ok := pluginOf(l).(badLiner); ok {
+			n += b.BadLines()
+		}
+	}
+	return n
+}
+
+// unloadLocked takes plugin k out of the set, keeping the count of its bad
+// lines (under mu, as badLines reads it: the count never dips), and
+// returns it for the caller to close. Callers hold mu.
+func (s *pluginSet) unloadLocked(k string) *loadedPlugin {
+	l := s.loaded[k]
+	delete(s.loaded, k)
+	if b, ok := pluginOf(l).(badLiner); ok {
+		s.badRetired.Add(b.BadLines())
+	}
+	return l
+}
+
+// pluginOf is the plugin l runs, if it loaded.
+func pluginOf(l *loadedPlugin) plugins.Plugin {
+	if l.inst == nil {
+		return nil
+	}
+	return l.inst.Plugin
 }
 
 // status is the plugins part of the node's record; source says where a
@@ -251,8 +293,7 @@ func (n *Node) syncPlugins() bool {
 			sameBinary(w.binary, l.shared) && !(l.shared != nil && l.err != nil && n.sharing.turn(l.shared.SHA256) != l.turn) {
 			continue // the same entry gives the same outcome (a shared plugin's: until a fetch of it ends)
 		}
-		gone = append(gone, l)
-		delete(s.loaded, k)
+		gone = append(gone, s.unloadLocked(k))
 		n.log.Info("plugin unloaded", "plugin", k)
 	}
 	for _, k := range slices.Sorted(maps.Keys(want)) {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -218,4 +219,33 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	waitFor(t, "c to report the unreadable entry", func() bool {
 		return strings.Contains(c.plugins.status(c.registry.Source)["t/sys"].Error, "unreadable plugin entry")
 	})
+}
+
+// garbler is an external plugin as pluginSet sees it: it counts the lines
+// it wrote that broke its protocol.
+type garbler struct {
+	plugins.Plugin
+	bad int64
+}
+
+func (g garbler) BadLines() int64 { return g.bad }
+
+// plugin_bad_lines sums the external plugins' bad lines, and keeps those
+// of a plugin unloaded: it never goes down.
+func TestPluginBadLinesNeverGoDown(t *testing.T) {
+	var s pluginSet
+	s.loaded = map[string]*loadedPlugin{
+		"t/a": {inst: &plugins.Instance{Plugin: garbler{bad: 3}}},
+		"t/b": {inst: &plugins.Instance{Plugin: garbler{bad: 4}}},
+		"t/c": {err: fmt.Errorf("did not load")},
+	}
+	if got := s.badLines(); got != 7 {
+		t.Fatalf("%d bad lines, want 7", got)
+	}
+	s.mu.Lock()
+	s.unloadLocked("t/a")
+	s.mu.Unlock()
+	if got := s.badLines(); got != 7 {
+		t.Fatalf("%d bad lines once a plugin is unloaded, want 7", got)
+	}
 }

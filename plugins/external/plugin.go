@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tribeagent/tribe/plugins"
@@ -83,7 +84,14 @@ type Plugin struct {
 	crashes []time.Time
 	closed  bool
 	stop    chan struct{}
+
+	badLines atomic.Int64 // see BadLines
 }
+
+// BadLines counts the lines the plugin wrote that break the protocol
+// after its handshake (ignored, and logged at most once a second), over
+// all its runs.
+func (p *Plugin) BadLines() int64 { return p.badLines.Load() }
 
 // Start runs the plugin at path and waits for its handshake.
 func Start(path string, cfg Config) (*Plugin, error) {
@@ -99,7 +107,7 @@ func Start(path string, cfg Config) (*Plugin, error) {
 
 // launch starts a process and shakes hands with it.
 func (p *Plugin) launch() (*process, wire.Info, error) {
-	proc, err := startProcess(p.path, p.file, p.cfg.Log, p.cfg.MaxAnswer)
+	proc, err := startProcess(p.path, p.file, p.cfg.Log, p.cfg.MaxAnswer, &p.badLines)
 	if err != nil {
 		return nil, wire.Info{}, err
 	}

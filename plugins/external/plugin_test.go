@@ -618,6 +618,9 @@ func TestGarbageAfterTheHandshake(t *testing.T) {
 	if n := strings.Count(log.String(), "not a JSON-RPC answer"); n < 1 || n > 3 {
 		t.Errorf("%d warnings for 500 bad lines, want one a second", n)
 	}
+	if got := p.BadLines(); got != 500 {
+		t.Errorf("%d bad lines counted, want 500", got)
+	}
 }
 
 // A request the plugin does not read (it takes one call at a time and is

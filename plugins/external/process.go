@@ -61,7 +61,7 @@ type process struct {
 	shaken  bool // a well-formed answer came: the handshake's, the first
 	reaped  bool // Wait has returned: kill must not signal its group
 
-	bad      atomic.Int64  // lines that broke the protocol after the handshake
+	bad      *atomic.Int64 // lines that broke the protocol after the handshake, the plugin's every run
 	lastWarn atomic.Int64  // when one was last logged, unix nanoseconds
 	done     chan struct{} // closed once the process has exited
 	err      error         // why it ended; set before done closes
@@ -92,7 +92,7 @@ var errExited = errors.New("the plugin exited")
 const textBusyTries = 5
 
 // startProcess runs the executable at path.
-func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, error) {
+func startProcess(path, name string, log *slog.Logger, maxLine int, bad *atomic.Int64) (*process, error) {
 	// Our own pipes, not StdinPipe and friends: stdin and stdout are used
 	// with raw system calls (rawpipe), stdout is read by the calls and
 	// stderr by the logger, so Wait must not close them under their
@@ -143,7 +143,7 @@ func startProcess(path, name string, log *slog.Logger, maxLine int) (*process, e
 		}
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, stdin: in, wmu: make(chan struct{}, 1),
+	p := &process{name: name, cmd: cmd, log: log, maxLine: maxLine, bad: bad, stdin: in, wmu: make(chan struct{}, 1),
 		turn: make(chan struct{}, 1), stdout: stdout, br: bufio.NewReaderSize(out, 64<<10),
 		pending: map[int64]chan wire.Response{}, done: make(chan struct{})}
 	logged := make(chan struct{})

@@ -44,6 +44,30 @@ func trustedCluster(t *testing.T, facts map[string]policy.Facts, names ...string
 	return admin, out
 }
 
+// trustedAdmin starts the one trusted writer of a cluster; its config
+// names it for the nodes that join (joinAdmin).
+func trustedAdmin(t *testing.T) (*Node, Config) {
+	t.Helper()
+	ca := loopbackConfig(t, "admin")
+	ca.Trusted = []string{identity(t, ca).String()}
+	return startNode(t, ca), ca
+}
+
+// joinAdmin starts a node that trusts admin's writers and joins admin
+// (pending until admitted), with tune, if set, applied to its config, and
+// waits until admin holds its record.
+func joinAdmin(t *testing.T, admin *Node, ca Config, name string, tune func(*Config)) *Node {
+	t.Helper()
+	c := loopbackConfig(t, name)
+	c.Trusted, c.Join = ca.Trusted, []string{tcpAddr(admin)}
+	if tune != nil {
+		tune(&c)
+	}
+	n := startNode(t, c)
+	waitFor(t, "admin to hold "+name+"'s record", func() bool { _, ok := admin.nodeNamed(n.ID()); return ok })
+	return n
+}
+
 func memberNames(t *testing.T, n *Node, tribe string) []string {
 	t.Helper()
 	v, ok := n.tribes()[tribe]
@@ -355,14 +379,9 @@ func TestRevocationUnloadsAndRefuses(t *testing.T) {
 // that does not count withholds its facts until it is admitted: it is
 // listed, can be admitted, and then writes them.
 func TestLargeFactsWithheldUntilAdmitted(t *testing.T) {
-	ca := loopbackConfig(t, "admin")
-	ca.Trusted = []string{identity(t, ca).String()}
-	admin := startNode(t, ca)
-	cb := loopbackConfig(t, "big")
-	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
-	cb.Facts = policy.Facts{"notes": strings.Repeat("n", gossip.MaxPendingRecord)}
-	big := startNode(t, cb)
-	waitFor(t, "admin to hold big's record", func() bool { _, ok := admin.nodeNamed(big.ID()); return ok })
+	admin, ca := trustedAdmin(t)
+	notes := strings.Repeat("n", gossip.MaxPendingRecord)
+	big := joinAdmin(t, admin, ca, "big", func(c *Config) { c.Facts = policy.Facts{"notes": notes} })
 	if f, _ := admin.Facts(context.Background(), big.ID().String()); f["notes"] != nil {
 		t.Fatalf("a pending node's facts over the bound reached a peer: %d bytes", len(f["notes"].(string)))
 	}
@@ -371,7 +390,7 @@ func TestLargeFactsWithheldUntilAdmitted(t *testing.T) {
 	}
 	waitFor(t, "big's facts, once admitted", func() bool {
 		f, _ := admin.Facts(context.Background(), big.ID().String())
-		return f["notes"] == cb.Facts["notes"]
+		return f["notes"] == notes
 	})
 }
 
@@ -379,13 +398,8 @@ func TestLargeFactsWithheldUntilAdmitted(t *testing.T) {
 // take it (gossip.PendingRewrite after the last): a change comes late,
 // not refused.
 func TestPendingNodePacesItsRecord(t *testing.T) {
-	ca := loopbackConfig(t, "admin")
-	ca.Trusted = []string{identity(t, ca).String()}
-	admin := startNode(t, ca)
-	cb := loopbackConfig(t, "b")
-	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
-	b := startNode(t, cb)
-	waitFor(t, "admin to hold b's record", func() bool { _, ok := admin.nodeNamed(b.ID()); return ok })
+	admin, ca := trustedAdmin(t)
+	b := joinAdmin(t, admin, ca, "b", nil)
 	if _, err := b.adoptFacts(context.Background(), policy.Facts{"rack": "r2"}); err != nil {
 		t.Fatal(err)
 	}

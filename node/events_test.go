@@ -17,6 +17,28 @@ import (
 	"github.com/tribeagent/tribe/node/api/events"
 )
 
+// watchAll watches every event of n until the test ends, once n has
+// taken its baseline.
+func watchAll(t *testing.T, n *Node) <-chan events.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	got := make(chan events.Event, 1024)
+	ready := make(chan struct{})
+	go n.Watch(ctx, "", func(e *events.Event) {
+		if e == nil {
+			close(ready)
+			return
+		}
+		select {
+		case got <- *e:
+		default: // the test reads no more
+		}
+	})
+	<-ready
+	return got
+}
+
 // A watcher of one real node sees another node, crashed right after it
 // connected, turn suspect and then dead, in that order. It once went
 // from alive straight to dead.
@@ -27,18 +49,7 @@ func TestWatchSeesLivenessTransitions(t *testing.T) {
 		return c
 	}
 	a := startNode(t, quickProbes(loopbackConfig(t, "a")))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan events.Event, 1024)
-	ready := make(chan struct{})
-	go a.Watch(ctx, "", func(e *events.Event) {
-		if e == nil {
-			close(ready)
-			return
-		}
-		got <- *e
-	})
-	<-ready // the baseline is taken: b is new to it
+	got := watchAll(t, a) // the baseline is taken: b is new to it
 	c := quickProbes(loopbackConfig(t, "b"))
 	c.Join = []string{tcpAddr(a)}
 	b := startNode(t, c)
@@ -63,21 +74,8 @@ func TestWatchSeesLivenessTransitions(t *testing.T) {
 // stranger arrive, not what it claims of its plugins, and an error is cut
 // to 1 KiB.
 func TestWatchIgnoresAStrangersPluginStates(t *testing.T) {
-	ca := loopbackConfig(t, "admin")
-	ca.Trusted = []string{identity(t, ca).String()}
-	a := startNode(t, ca)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan events.Event, 1024)
-	ready := make(chan struct{})
-	go a.Watch(ctx, "", func(e *events.Event) {
-		if e == nil {
-			close(ready)
-			return
-		}
-		got <- *e
-	})
-	<-ready
+	a, _ := trustedAdmin(t)
+	got := watchAll(t, a)
 	key, _, _ := crypto.GenerateEd25519Key(rand.Reader)
 	id, _ := peer.IDFromPrivateKey(key)
 	plugins := map[string]any{}
@@ -119,9 +117,7 @@ func TestWatchIgnoresAStrangersPluginStates(t *testing.T) {
 // decoded name cache lets a record go with its entry, and they do not
 // count towards the fleet size that thins out DHT advertising.
 func TestStrangersRecordsHoldNothingBack(t *testing.T) {
-	ca := loopbackConfig(t, "admin")
-	ca.Trusted = []string{identity(t, ca).String()}
-	a := startNode(t, ca)
+	a, _ := trustedAdmin(t)
 	var last peer.ID
 	var lastKey crypto.PrivKey
 	for i := range 50 {

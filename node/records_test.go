@@ -162,17 +162,12 @@ func TestHostName(t *testing.T) {
 // admission held stands: it once revoked its node on every node that
 // took it.
 func TestUnreadableAdmissionChangesNothing(t *testing.T) {
-	ca := loopbackConfig(t, "admin")
-	ca.Trusted = []string{identity(t, ca).String()}
+	admin, ca := trustedAdmin(t)
 	adminKey, _, err := keys.LoadOrCreateIdentity(filepath.Join(ca.DataDir, keys.IdentityFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := startNode(t, ca)
-	cb := loopbackConfig(t, "b")
-	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
-	b := startNode(t, cb)
-	waitFor(t, "admin to hold b's record", func() bool { _, ok := admin.nodeNamed(b.ID()); return ok })
+	b := joinAdmin(t, admin, ca, "b", nil)
 	if _, err := admin.Admit(context.Background(), []string{"b"}, false); err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,11 @@ import (
 	"github.com/tribeagent/tribe/plugins/tasks"
 )
 
-// A member runs its tribe's task; once it leaves the tribe it stops and
-// drops the task from its record.
-func TestTaskStopsWhenTheNodeLeavesTheTribe(t *testing.T) {
+// echoTribeOfOne makes n, named "a", the one member of tribe t, with echo
+// loaded.
+func echoTribeOfOne(t *testing.T, n *Node) {
+	t.Helper()
 	ctx := context.Background()
-	n := startNode(t, loopbackConfig(t, "a"))
 	if _, err := n.CreateTribe(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +27,14 @@ func TestTaskStopsWhenTheNodeLeavesTheTribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "echo loaded", func() bool { return pluginStates(n, "t")["a"] == "loaded" })
+}
+
+// A member runs its tribe's task; once it leaves the tribe it stops and
+// drops the task from its record.
+func TestTaskStopsWhenTheNodeLeavesTheTribe(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, loopbackConfig(t, "a"))
+	echoTribeOfOne(t, n)
 	if _, err := n.CreateTask(ctx, "t", api.TaskRequest{Manifest: "name: e\nschedule: {interval: 1s}\nworkflow: {collect: {plugin: echo, method: echo}}\n"}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,16 +61,7 @@ func TestTaskRunsCountAcrossARestart(t *testing.T) {
 	ctx := context.Background()
 	cfg := loopbackConfig(t, "a")
 	n := startNode(t, cfg)
-	if _, err := n.CreateTribe(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.Join(ctx, "t", []string{"a"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.LoadPlugin(ctx, "echo", "t", api.LoadRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "echo loaded", func() bool { return pluginStates(n, "t")["a"] == "loaded" })
+	echoTribeOfOne(t, n)
 	if _, err := n.CreateTask(ctx, "t", api.TaskRequest{Manifest: "name: once\nschedule: {interval: 1s, count: 1}\nworkflow: {collect: {plugin: echo, method: echo}}\n"}); err != nil {
 		t.Fatal(err)
 	}

@@ -164,6 +164,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["plugin_fetch_bad_answer"] = n.sharing.badAnswer.Load()
 	out["plugin_bad_lines"] = n.plugins.badLines()
 	out["job_output_bad_answer"] = n.jobs.outputBadAnswer.Load()
+	out["job_list_bad_answer"] = n.jobs.listBadAnswer.Load()
 	out["task_watch_malformed"] = n.tasks.watchMalformed.Load()
 	n.tasks.watch.mu.Lock()
 	out["task_watch_dropped"] = n.tasks.watch.dropped

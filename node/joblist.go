@@ -78,17 +78,17 @@ func decodeJobListAnswer(b []byte) ([]api.Job, error) {
 	var a jobListAnswer
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&a); err != nil {
-		return nil, fmt.Errorf("not a job list: %w", err)
+		return nil, fmt.Errorf("%w: %w", errNotJobList, err)
 	}
 	if a.Error != "" {
 		return nil, errors.New(a.Error)
 	}
 	for _, j := range a.Jobs {
 		if !gossip.ValidName(j.ID) {
-			return nil, fmt.Errorf("not a job list: job id %q", j.ID)
+			return nil, fmt.Errorf("%w: job id %q", errNotJobList, j.ID)
 		}
 		if !slices.Contains(jobStates, j.State) {
-			return nil, fmt.Errorf("not a job list: job %s in state %q", j.ID, j.State)
+			return nil, fmt.Errorf("%w: job %s in state %q", errNotJobList, j.ID, j.State)
 		}
 	}
 	if a.Jobs == nil {
@@ -96,6 +96,10 @@ func decodeJobListAnswer(b []byte) ([]api.Job, error) {
 	}
 	return a.Jobs, nil
 }
+
+// errNotJobList is a writer's answer to a list request that does not
+// read as one (counted, job_list_bad_answer).
+var errNotJobList = errors.New("not a job list")
 
 // jobStates are the states a job as a whole can be in.
 var jobStates = []string{"pending", "done", "failed"}
@@ -220,9 +224,14 @@ func (n *Node) fetchJobList(ctx context.Context, w peer.ID, tribe string) ([]api
 		return nil, err
 	}
 	if len(b) > jobListAnswerMax {
+		n.jobs.listBadAnswer.Add(1)
 		return nil, fmt.Errorf("an answer over %d MiB", jobListAnswerMax>>20)
 	}
-	return decodeJobListAnswer(b)
+	list, err := decodeJobListAnswer(b)
+	if errors.Is(err, errNotJobList) {
+		n.jobs.listBadAnswer.Add(1)
+	}
+	return list, err
 }
 
 // A job's row in a list (its view without targets) is kept until the job

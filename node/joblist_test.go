@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -156,5 +157,21 @@ func TestJobListRowsKeptUntilAChange(t *testing.T) {
 	}
 	if r := row(); r.State != "pending" || r.Counts["done"] != 1 || r.Counts["pending"] != 1 {
 		t.Fatalf("row after an ack went %+v, want pending on 1, done on 1", r)
+	}
+}
+
+// A writer's refusal is its word; an answer that does not read as a list
+// is a bad answer (counted by the asker, job_list_bad_answer).
+func TestJobListAnswerRefusalOrBad(t *testing.T) {
+	for in, bad := range map[string]bool{
+		`{"error":"busy"}`: false,
+		`not json`:         true,
+		`{"jobs":[{"id":"../x","state":"done"}]}`: true,
+		`{"jobs":[{"id":"a","state":"maybe"}]}`:   true,
+	} {
+		_, err := decodeJobListAnswer([]byte(in))
+		if err == nil || errors.Is(err, errNotJobList) != bad {
+			t.Errorf("%s: %v, want a bad answer %v", in, err, bad)
+		}
 	}
 }

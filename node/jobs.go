@@ -90,6 +90,7 @@ type jobSet struct {
 	handing         *gossip.Slots
 	outputRefused   atomic.Int64 // output requests refused (not trusted, busy, malformed)
 	outputBadAnswer atomic.Int64 // output answers (of a target asked) that did not read
+	listBadAnswer   atomic.Int64 // list answers (of a writer asked) that did not read, or were over the cap
 	outputs         *gossip.Slots
 	listing         *gossip.Slots
 	listRefused     atomic.Int64        // job list requests refused (not admitted, malformed, busy)

@@ -48,41 +48,47 @@ race:
 
 # Runs each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./node:FuzzReadHello \
+	./gossip/swim:FuzzDecodeFrame \
+	./node:FuzzDecodeTaskWatchRequest \
+	./node:FuzzReadKeptFrame \
+	./node:FuzzDecodeJobOutputRequest \
+	./gossip:FuzzOpen \
+	./gossip:FuzzDecodeEntry \
+	./gossip:FuzzReadMsg \
+	./gossip:FuzzSyncMessages \
+	./gossip/authority:FuzzDecodeAdmission \
+	./gossip/authority:FuzzGrant \
+	./plugins:FuzzDecodeRequest \
+	./plugins:FuzzDecodeResponse \
+	./plugins:FuzzReadFrame \
+	./plugins/tasks:FuzzDecodeManifest \
+	./plugins/jobs:FuzzDecode \
+	./plugins/jobs:FuzzDecodeAck \
+	./plugins/external/wire:FuzzDecodeResponse \
+	./plugins/external/wire:FuzzDecodeInfo \
+	./plugins/external/wire:FuzzDecodeResultAgreesWithStrict \
+	./plugins/external/wire:FuzzEncodeCallAgreesWithMarshal \
+	./plugins/sdk:FuzzParseCallAgreesWithUnmarshal \
+	./gossip:FuzzCanonicalPeer \
+	./node:FuzzDecodeJobListRequest \
+	./node:FuzzDecodeJobListAnswer \
+	./node:FuzzDecodePluginFetchRequest \
+	./internal/names:FuzzNamesAreTheRegexps \
+	./node:FuzzCheckRecord \
+	./node:FuzzDecodeTaskRunLine \
+	./node:FuzzDecodeJobOutputAnswer \
+	./node:FuzzDecodeFetchHeader \
+	./policy:FuzzCompile \
+	./policy:FuzzCheckJSON \
+	./internal/names:FuzzPrintableIsWhatQuoteKeeps
+
 fuzz:
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzReadHello$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip/swim -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeTaskWatchRequest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzReadKeptFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobOutputRequest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzReadMsg$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzSyncMessages$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip/authority -run '^$$' -fuzz '^FuzzDecodeAdmission$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip/authority -run '^$$' -fuzz '^FuzzGrant$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/tasks -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/jobs -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/jobs -run '^$$' -fuzz '^FuzzDecodeAck$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzDecodeInfo$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzDecodeResultAgreesWithStrict$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/external/wire -run '^$$' -fuzz '^FuzzEncodeCallAgreesWithMarshal$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./plugins/sdk -run '^$$' -fuzz '^FuzzParseCallAgreesWithUnmarshal$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gossip -run '^$$' -fuzz '^FuzzCanonicalPeer$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobListRequest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobListAnswer$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodePluginFetchRequest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/names -run '^$$' -fuzz '^FuzzNamesAreTheRegexps$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzCheckRecord$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeTaskRunLine$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeJobOutputAnswer$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./node -run '^$$' -fuzz '^FuzzDecodeFetchHeader$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./policy -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./policy -run '^$$' -fuzz '^FuzzCheckJSON$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/names -run '^$$' -fuzz '^FuzzPrintableIsWhatQuoteKeeps$$' -fuzztime $(FUZZTIME)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "$(GO) test $${t%%:*} -fuzz $${t##*:}"; \
+	  $(GO) test $${t%%:*} -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME); \
+	done
 
 # Speed and memory, as ratios measured side by side in one run. The last
 # line measures the sim's spread of writes, policies, a newcomer's record,

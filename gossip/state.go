@@ -108,28 +108,20 @@ func (s *State) Version(key string) (*Signed, bool) {
 // Prefix returns the live entries whose key starts with prefix, by key.
 // It walks only those keys: the job loop and status read a job's entries
 // at every change, in a state that holds thousands of other keys.
-func (s *State) Prefix(prefix string) []*Signed {
-	var out []*Signed
-	s.keys.AscendGreaterOrEqual(prefix, func(k string) bool {
-		if !strings.HasPrefix(k, prefix) {
-			return false
-		}
-		if e := s.entries[k]; !e.Deleted {
-			out = append(out, e)
-		}
-		return true
-	})
-	return out
-}
+func (s *State) Prefix(prefix string) []*Signed { return s.prefix(prefix, false) }
 
 // PrefixAll is Prefix with tombstones.
-func (s *State) PrefixAll(prefix string) []*Signed {
+func (s *State) PrefixAll(prefix string) []*Signed { return s.prefix(prefix, true) }
+
+func (s *State) prefix(prefix string, tombstones bool) []*Signed {
 	var out []*Signed
 	s.keys.AscendGreaterOrEqual(prefix, func(k string) bool {
 		if !strings.HasPrefix(k, prefix) {
 			return false
 		}
-		out = append(out, s.entries[k])
+		if e := s.entries[k]; tombstones || !e.Deleted {
+			out = append(out, e)
+		}
 		return true
 	})
 	return out

@@ -486,6 +486,15 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 	ok := make([]*Signed, 0, len(raws))
 	var refused error
 	disagreed := st.Disagreed - st.ValueRefused
+	// skip counts e, refused for err, and remembers not to ask for its
+	// version again for the next ttl.
+	skip := func(e *Signed, err error, ttl time.Duration) {
+		st.Disagreed++
+		r.counters.reject(err)
+		r.mu.Lock()
+		r.refused.add(keyHash(e.Key), versionHash(e), now, ttl)
+		r.mu.Unlock()
+	}
 	for _, raw := range raws {
 		e, err := Open(raw)
 		if err == nil {
@@ -496,12 +505,8 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 			// taken: skipped, counted, and remembered for long (Value is
 			// pure), outside the budget below, so that a stranger's many
 			// bad records held by older peers cannot end every pull.
-			st.Disagreed++
 			st.ValueRefused++
-			r.counters.reject(err)
-			r.mu.Lock()
-			r.refused.add(keyHash(e.Key), versionHash(e), now, valueRefusedFor)
-			r.mu.Unlock()
+			skip(e, err, valueRefusedFor)
 			continue
 		}
 		if err != nil && disagreement(err) {
@@ -511,11 +516,7 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 			// and only so many per pull.
 			if disagreed < maxDisagreements {
 				disagreed++
-				st.Disagreed++
-				r.counters.reject(err)
-				r.mu.Lock()
-				r.refused.add(keyHash(e.Key), versionHash(e), now, refusedFor)
-				r.mu.Unlock()
+				skip(e, err, refusedFor)
 				continue
 			}
 			refused = fmt.Errorf("%w after %d: %w", errDisagreed, disagreed, err)

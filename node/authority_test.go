@@ -403,17 +403,10 @@ func TestPendingNodePacesItsRecord(t *testing.T) {
 	if _, err := b.adoptFacts(context.Background(), policy.Facts{"rack": "r2"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(gossip.PendingRewrite + 10*time.Second)
-	for {
+	waitFor(t, "b's new facts on admin, gossip.PendingRewrite after its last record", func() bool {
 		f, _ := admin.Facts(context.Background(), b.ID().String())
-		if f["rack"] == "r2" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("b's new facts did not reach admin within %v", gossip.PendingRewrite+10*time.Second)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return f["rack"] == "r2"
+	})
 	if got := admin.replica.Rejected()["pending_too_soon"]; got != 0 {
 		t.Errorf("admin refused %d versions of b's record as too soon", got)
 	}

@@ -116,27 +116,30 @@ func (n *Node) factsLoop() {
 func (n *Node) policies() []policy.Policy {
 	var out []policy.Policy
 	for _, e := range n.replica.Prefix(policiesPrefix) {
-		var p policy.Policy
-		if err := json.Unmarshal(e.Value, &p); err != nil {
+		p, read, err := readPolicy(e)
+		if err != nil {
 			n.policyUnusable(e, err)
-			continue
 		}
-		p.Name = strings.TrimPrefix(e.Key, policiesPrefix)
-		out = append(out, n.compiled(e, p))
+		if read { // one that does not compile here is kept: Evaluate reports its error
+			out = append(out, p)
+		}
 	}
 	return out
 }
 
-// compiled attaches p's program (policy.Compile shares compiled programs
-// across the process); a policy that does not compile here is returned
-// as is, and Evaluate reports its error.
-func (n *Node) compiled(e *gossip.Signed, p policy.Policy) policy.Policy {
+// readPolicy is policy entry e, with its program attached (policy.Compile
+// shares compiled programs across the process); read says whether the
+// entry decoded, err why this node cannot use it.
+func readPolicy(e *gossip.Signed) (p policy.Policy, read bool, err error) {
+	if err := json.Unmarshal(e.Value, &p); err != nil {
+		return p, false, fmt.Errorf("unreadable entry: %w", err)
+	}
+	p.Name = strings.TrimPrefix(e.Key, policiesPrefix)
 	cp, err := p.WithProgram()
 	if err != nil {
-		n.policyUnusable(e, err)
-		return p
+		return p, true, err
 	}
-	return cp
+	return cp, true, nil
 }
 
 // policyUnusable counts, once per entry, a policy entry this node cannot
@@ -148,10 +151,10 @@ func (n *Node) policyUnusable(e *gossip.Signed, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.seen == nil || len(u.seen) >= 1024 {
-		u.seen = map[*gossip.Signed]error{}
+		u.seen = map[*gossip.Signed]bool{}
 	}
-	if _, ok := u.seen[e]; !ok {
-		u.seen[e] = err
+	if !u.seen[e] {
+		u.seen[e] = true
 		u.count.Add(1)
 		n.log.Warn("a policy this node cannot use matches nothing here", "policy", strings.TrimPrefix(e.Key, policiesPrefix), "err", err)
 	}
@@ -160,7 +163,7 @@ func (n *Node) policyUnusable(e *gossip.Signed, err error) {
 // unusablePolicies are the policy entries counted by policyUnusable.
 type unusablePolicies struct {
 	mu    sync.Mutex
-	seen  map[*gossip.Signed]error
+	seen  map[*gossip.Signed]bool
 	count atomic.Int64
 }
 
@@ -253,14 +256,9 @@ func (n *Node) CreatePolicy(ctx context.Context, name, tribe, expr string) (api.
 func (n *Node) Policies(ctx context.Context) ([]api.Policy, error) {
 	out := []api.Policy{}
 	for _, e := range n.replica.Prefix(policiesPrefix) {
-		name := strings.TrimPrefix(e.Key, policiesPrefix)
-		var p policy.Policy
-		if err := json.Unmarshal(e.Value, &p); err != nil {
-			out = append(out, api.Policy{Name: name, Error: "unreadable entry: " + err.Error()})
-			continue
-		}
-		ap := api.Policy{Name: name, Tribe: p.Tribe, Expr: p.Expr}
-		if _, err := p.WithProgram(); err != nil {
+		p, _, err := readPolicy(e)
+		ap := api.Policy{Name: strings.TrimPrefix(e.Key, policiesPrefix), Tribe: p.Tribe, Expr: p.Expr}
+		if err != nil {
 			ap.Error = err.Error()
 		}
 		out = append(out, ap)

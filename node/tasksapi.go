@@ -38,12 +38,13 @@ func (n *Node) CreateTask(ctx context.Context, tribe string, req api.TaskRequest
 	if _, ok := all[tribe]; !ok {
 		return api.Task{}, api.NotFound(fmt.Errorf("%w %q (see `tribe list`)", ErrUnknownTribe, tribe))
 	}
-	other, ok := n.findTask(m.Name)
+	held := n.tasksHeld()
+	other, ok := held[m.Name]
 	if ok && other != tribe {
 		return api.Task{}, api.BadRequest(fmt.Errorf("a task %q exists in tribe %s: task names are unique across tribes", m.Name, other))
 	}
-	if held := n.taskCount(); !ok && held >= MaxTasks {
-		return api.Task{}, api.BadRequest(fmt.Errorf("the fleet has %d tasks, the most it takes (tribe task delete one first)", held))
+	if !ok && len(held) >= MaxTasks {
+		return api.Task{}, api.BadRequest(fmt.Errorf("the fleet has %d tasks, the most it takes (tribe task delete one first)", len(held)))
 	}
 	var errs []error
 	for _, s := range m.Workflow.Steps() {
@@ -74,12 +75,13 @@ func (n *Node) CreateTask(ctx context.Context, tribe string, req api.TaskRequest
 // is bounded.
 const MaxTasks = 100
 
-// taskCount is how many tasks the state holds, of every tribe.
-func (n *Node) taskCount() int {
-	held := 0
+// tasksHeld is the tribe of each task the state holds, by name (names are
+// unique across tribes).
+func (n *Node) tasksHeld() map[string]string {
+	held := map[string]string{}
 	for _, e := range n.replica.Prefix(tribesPrefix) {
 		if segs := strings.Split(e.Key, "/"); len(segs) == 4 && segs[2] == "tasks" {
-			held++
+			held[segs[3]] = segs[1]
 		}
 	}
 	return held
@@ -87,13 +89,8 @@ func (n *Node) taskCount() int {
 
 // findTask is the tribe that has a task named name.
 func (n *Node) findTask(name string) (string, bool) {
-	for _, e := range n.replica.Prefix(tribesPrefix) {
-		segs := strings.Split(e.Key, "/")
-		if len(segs) == 4 && segs[2] == "tasks" && segs[3] == name {
-			return segs[1], true
-		}
-	}
-	return "", false
+	tribe, ok := n.tasksHeld()[name]
+	return tribe, ok
 }
 
 // taskEntry reads a task's entry by name.

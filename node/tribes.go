@@ -115,9 +115,15 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 	addrs := slices.DeleteFunc(p2pAddrs(n.host.ID(), n.host.Addrs()), func(a string) bool { return !names.Printable(a) })
 	rec := nodeRecord{Name: n.cfg.Name, Addrs: addrs, Version: Version, Facts: fb,
 		Plugins: n.plugins.status(n.registry.Source), Tasks: n.tasks.statuses(), Left: !n.leftAt.IsZero(), LeftAt: n.leftAt}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("node: encode own record: %w", err)
+	var b []byte
+	encode := func() (err error) {
+		if b, err = json.Marshal(rec); err != nil {
+			return fmt.Errorf("node: encode own record: %w", err)
+		}
+		return nil
+	}
+	if err := encode(); err != nil {
+		return nil, err
 	}
 	if len(b) > gossip.MaxValueLen && len(rec.Tasks) > 0 {
 		// Many failing tasks' errors must not keep this node from
@@ -126,8 +132,8 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 			st.Error = ""
 			rec.Tasks[k] = st
 		}
-		if b, err = json.Marshal(rec); err != nil {
-			return nil, fmt.Errorf("node: encode own record: %w", err)
+		if err := encode(); err != nil {
+			return nil, err
 		}
 	}
 	if len(b) > gossip.MaxPendingRecord && !n.rules().Counts(n.host.ID()) {
@@ -137,8 +143,8 @@ func (n *Node) encodeRecord(facts policy.Facts) ([]byte, error) {
 		// --auto-admit expression sees no facts). Admitted, it writes
 		// them (announceOwn).
 		rec.Facts = json.RawMessage(`{}`)
-		if b, err = json.Marshal(rec); err != nil {
-			return nil, fmt.Errorf("node: encode own record: %w", err)
+		if err := encode(); err != nil {
+			return nil, err
 		}
 		n.authWarn.warn(n.log, "own facts", "this node's record is too large for peers to take before it is admitted: its facts are withheld until it is (admit it by hand; shrink its facts for --auto-admit to see them)",
 			"limit", gossip.MaxPendingRecord)

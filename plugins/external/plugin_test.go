@@ -481,8 +481,20 @@ func alive(pid int) bool {
 	return !strings.HasPrefix(after, "Z") && !strings.HasPrefix(after, "X")
 }
 
-func killAtCleanup(t *testing.T, pid int) {
+// spawnChild has plugin p start a child (see Spawn), killed when the test
+// ends whatever happens, and returns its pid.
+func spawnChild(t *testing.T, p *Plugin, how string) int {
+	t.Helper()
+	out, err := call(p, 5*time.Second, "spawn", `"`+how+`"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(out)
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if !alive(pid) {
+		t.Fatalf("the child %d did not start", pid)
+	}
+	return pid
 }
 
 // What a plugin leaves running in its process group ends with it, whether
@@ -491,15 +503,7 @@ func TestChildrenEndWithThePlugin(t *testing.T) {
 	for _, stop := range []string{"close", "crash"} {
 		t.Run(stop, func(t *testing.T) {
 			p := start(t, "good", &syncbuf.Buffer{})
-			out, err := call(p, 5*time.Second, "spawn", `"group"`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pid, _ := strconv.Atoi(out)
-			killAtCleanup(t, pid)
-			if !alive(pid) {
-				t.Fatalf("the child %d did not start", pid)
-			}
+			pid := spawnChild(t, p, "group")
 			first := p.current()
 			if stop == "close" {
 				p.Close()
@@ -517,12 +521,7 @@ func TestChildrenEndWithThePlugin(t *testing.T) {
 // what is left for drainWait, not until that child ends.
 func TestAChildOutsideTheGroupHoldsNothingUp(t *testing.T) {
 	p := start(t, "good", &syncbuf.Buffer{})
-	out, err := call(p, 5*time.Second, "spawn", `"setsid"`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(out)
-	killAtCleanup(t, pid)
+	spawnChild(t, p, "setsid")
 	closed := make(chan struct{})
 	go func() {
 		p.Close()

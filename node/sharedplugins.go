@@ -511,7 +511,7 @@ func (n *Node) pruneShared() {
 	n.sharing.mu.Unlock()
 	stale := func(d os.DirEntry) bool {
 		info, err := d.Info()
-		return err == nil && n.now().Sub(info.ModTime()) >= sharedStale
+		return err == nil && time.Since(info.ModTime()) >= sharedStale // a file's time is the host's clock, whatever n.now is
 	}
 	for _, d := range dirs {
 		path := filepath.Join(dir, d.Name())

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -26,14 +28,19 @@ import (
 var ErrOpenTrust = errors.New("trust is open (the agent has no --trusted writers): every node counts, there is nothing to admit")
 
 // Admit implements api.Agent: it admits the named nodes, or with
-// allPending every pending node whose name no node that counts holds.
+// AllPending every pending node whose name no node that counts holds.
 // Admitting an admitted node again binds the name its record carries now
-// (how a node is renamed).
-func (n *Node) Admit(ctx context.Context, nodes []string, allPending bool) ([]api.Admission, error) {
+// (how a node is renamed). With Name, the one node given by peer ID is
+// admitted under that name, whether or not its record has come: an
+// operator admits a host ahead of its first start, or one whose record
+// the bound on pending records keeps out (anyone can fill it with records
+// of made-up nodes; see gossip.MaxPending).
+func (n *Node) Admit(ctx context.Context, req api.AdmitRequest) ([]api.Admission, error) {
 	rules := n.rules()
 	if rules.Open() {
 		return nil, api.BadRequest(ErrOpenTrust)
 	}
+	nodes, allPending := req.Nodes, req.AllPending
 	if len(nodes) > 0 && allPending {
 		return nil, api.BadRequest(errors.New("name nodes or --all-pending, not both"))
 	}
@@ -42,7 +49,13 @@ func (n *Node) Admit(ctx context.Context, nodes []string, allPending bool) ([]ap
 	}
 	names := n.allNames()
 	var ids []peer.ID
-	if allPending {
+	if req.Name != "" {
+		id, err := admitAhead(req)
+		if err != nil {
+			return nil, api.BadRequest(err)
+		}
+		ids = []peer.ID{id}
+	} else if allPending {
 		for _, id := range slices.Sorted(maps.Keys(names)) {
 			if rules.Status(id) == authority.Pending {
 				ids = append(ids, id)
@@ -56,7 +69,7 @@ func (n *Node) Admit(ctx context.Context, nodes []string, allPending bool) ([]ap
 	}
 	out := []api.Admission{}
 	for _, id := range ids {
-		name := names[id].Name
+		name := cmp.Or(req.Name, names[id].Name)
 		res := api.Admission{ID: id.String(), Name: name, Admission: string(rules.Status(id))}
 		bound, admitted := n.auth.admittedName(id)
 		switch {
@@ -111,6 +124,23 @@ func (n *Node) Revoke(ctx context.Context, nodes []string) ([]api.Admission, err
 	return out, nil
 }
 
+// admitAhead checks an admission under a name given by the operator: one
+// node, by peer ID (it may not have announced itself, so a name cannot
+// find it), and a name a node could give itself.
+func admitAhead(req api.AdmitRequest) (peer.ID, error) {
+	if req.AllPending || len(req.Nodes) != 1 {
+		return "", errors.New("--name admits one node, given by its peer ID")
+	}
+	id, err := peer.Decode(req.Nodes[0])
+	if err != nil {
+		return "", fmt.Errorf("--name admits a node by its peer ID (tribe status on that host shows it): %q is not a peer ID", req.Nodes[0])
+	}
+	if len(req.Name) > maxNameLen || !names.Printable(req.Name) {
+		return "", fmt.Errorf("name %q: at most %d bytes of printable text (no control or format characters)", req.Name, maxNameLen)
+	}
+	return id, nil
+}
+
 // writeAdmission writes one admission entry, unless ctx has ended (the
 // client of a long admit or revoke left): nothing more is written then.
 func (n *Node) writeAdmission(ctx context.Context, id peer.ID, a authority.Admission) error {
@@ -145,7 +175,7 @@ func (n *Node) resolveForAdmission(nodes []string, names map[peer.ID]nodeName) (
 	for _, s := range nodes {
 		if id, err := peer.Decode(s); err == nil {
 			if _, ok := names[id]; !ok {
-				return nil, api.NotFound(fmt.Errorf("%w %s: no node with that peer ID has announced itself", ErrUnknownNode, s))
+				return nil, api.NotFound(fmt.Errorf("%w %s: no node with that peer ID has announced itself (to admit it ahead of its record: tribe admit %s --name NAME)", ErrUnknownNode, s, s))
 			}
 			out = append(out, id)
 			continue

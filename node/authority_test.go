@@ -93,7 +93,7 @@ func TestSelfDeclaredMembershipGainsNothing(t *testing.T) {
 	}, "b", "evil")
 	b, evil := ns["b"], ns["evil"]
 	ctx := context.Background()
-	if _, err := admin.Admit(ctx, []string{"b"}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{"b"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CreatePolicy(ctx, "db", "core", `facts.role == "db"`); err != nil {
@@ -159,7 +159,7 @@ func TestSelfDeclaredMembershipGainsNothing(t *testing.T) {
 		t.Fatalf("evil's own admission: %q", st.Admission)
 	}
 	// 2. Admitted: still a policy that does not exist.
-	if _, err := admin.Admit(ctx, []string{"evil"}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{"evil"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "b to see evil admitted", func() bool { return b.rules().Status(evil.ID()) == authority.Admitted })
@@ -198,7 +198,7 @@ func TestNamesAndRevocation(t *testing.T) {
 	admin, ns := trustedCluster(t, nil, "b")
 	b := ns["b"]
 	ctx := context.Background()
-	if _, err := admin.Admit(ctx, []string{"b"}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{"b"}}); err != nil {
 		t.Fatal(err)
 	}
 	// An impostor calls itself b.
@@ -210,10 +210,10 @@ func TestNamesAndRevocation(t *testing.T) {
 	if err != nil || ids[0] != b.ID() {
 		t.Fatalf("resolve b = %v, %v; want the admitted b", ids, err)
 	}
-	if _, err := admin.Admit(ctx, []string{imp.ID().String()}, false); err == nil || !strings.Contains(err.Error(), "held by node") {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{imp.ID().String()}}); err == nil || !strings.Contains(err.Error(), "held by node") {
 		t.Fatalf("admitting a node under a live node's name: %v", err)
 	}
-	res, err := admin.Admit(ctx, nil, true)
+	res, err := admin.Admit(ctx, api.AdmitRequest{AllPending: true})
 	if err != nil || len(res) != 1 || res[0].Admission != "pending" || res[0].Error == "" {
 		t.Fatalf("--all-pending with the impostor: %+v, %v", res, err)
 	}
@@ -225,7 +225,7 @@ func TestNamesAndRevocation(t *testing.T) {
 	if _, err := admin.resolve([]string{"b"}); err == nil {
 		t.Fatal("a revoked node's name still resolves")
 	}
-	res, err = admin.Admit(ctx, nil, true)
+	res, err = admin.Admit(ctx, api.AdmitRequest{AllPending: true})
 	if err != nil || len(res) != 1 || peer.ID(res[0].ID) == b.ID() || res[0].ID != imp.ID().String() || res[0].Admission != "admitted" {
 		t.Fatalf("--all-pending after revoking b: %+v, %v", res, err)
 	}
@@ -233,11 +233,11 @@ func TestNamesAndRevocation(t *testing.T) {
 		t.Fatalf("b is %s, want revoked", s)
 	}
 	// Only trusted writers admit; open trust has nothing to admit.
-	if _, err := b.Admit(ctx, []string{"b"}, false); err == nil || !strings.Contains(err.Error(), "trusted writer") {
+	if _, err := b.Admit(ctx, api.AdmitRequest{Nodes: []string{"b"}}); err == nil || !strings.Contains(err.Error(), "trusted writer") {
 		t.Fatalf("admission by an untrusted node: %v", err)
 	}
 	open := startNode(t, loopbackConfig(t, "open"))
-	if _, err := open.Admit(ctx, []string{"open"}, false); err == nil || !strings.Contains(err.Error(), "trust is open") {
+	if _, err := open.Admit(ctx, api.AdmitRequest{Nodes: []string{"open"}}); err == nil || !strings.Contains(err.Error(), "trust is open") {
 		t.Fatalf("admission under open trust: %v", err)
 	}
 }
@@ -292,7 +292,7 @@ func TestAdmittedNodeCannotTakeAName(t *testing.T) {
 	admin, ns := trustedCluster(t, nil, "db1", "evil")
 	db1, evil := ns["db1"], ns["evil"]
 	ctx := context.Background()
-	if _, err := admin.Admit(ctx, []string{"db1", "evil"}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{"db1", "evil"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CreateTribe(ctx, "secure"); err != nil {
@@ -321,7 +321,7 @@ func TestAdmittedNodeCannotTakeAName(t *testing.T) {
 	}
 	// Re-admitting evil under the taken name is refused even while db1
 	// is down; "evil" no longer answers to anything.
-	if _, err := admin.Admit(ctx, []string{evil.ID().String()}, false); err == nil || !strings.Contains(err.Error(), "held by node") {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{evil.ID().String()}}); err == nil || !strings.Contains(err.Error(), "held by node") {
 		t.Fatalf("re-admitting evil as db1: %v", err)
 	}
 	if ids, err := admin.resolve([]string{"evil"}); err != nil || ids[0] != evil.ID() {
@@ -344,7 +344,7 @@ func TestRevocationUnloadsAndRefuses(t *testing.T) {
 	}
 	id := b.ID().String()
 	for round := range 3 {
-		if _, err := admin.Admit(ctx, []string{id}, false); err != nil {
+		if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{id}}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "b to load echo", func() bool { _, ok := b.plugins.get("core", "echo"); return ok })
@@ -358,7 +358,7 @@ func TestRevocationUnloadsAndRefuses(t *testing.T) {
 	}
 	// Revoked, b's manual membership can still be removed (by peer ID: a
 	// revoked node answers to no name).
-	if _, err := admin.Admit(ctx, []string{id}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{id}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Join(ctx, "core", []string{id}); err != nil {
@@ -385,7 +385,7 @@ func TestLargeFactsWithheldUntilAdmitted(t *testing.T) {
 	if f, _ := admin.Facts(context.Background(), big.ID().String()); f["notes"] != nil {
 		t.Fatalf("a pending node's facts over the bound reached a peer: %d bytes", len(f["notes"].(string)))
 	}
-	if _, err := admin.Admit(context.Background(), []string{"big"}, false); err != nil {
+	if _, err := admin.Admit(context.Background(), api.AdmitRequest{Nodes: []string{"big"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "big's facts, once admitted", func() bool {

@@ -143,7 +143,7 @@ func trustedFleet(t *testing.T, names ...string) (a *Node, others map[string]*No
 		others[name] = startNode(t, c)
 	}
 	waitFor(t, "a to know every node", func() bool { return len(a.nodeRecords()) == len(names)+1 })
-	if _, err := a.Admit(context.Background(), nil, true); err != nil {
+	if _, err := a.Admit(context.Background(), api.AdmitRequest{AllPending: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range others {
@@ -299,7 +299,7 @@ func TestAckFromANonTargetRefused(t *testing.T) {
 	sc.Trusted, sc.Join, sc.SyncInterval = a.cfg.Trusted, []string{tcpAddr(a)}, time.Hour
 	s := startNode(t, sc)
 	waitFor(t, "a holds the stranger's record", func() bool { _, ok := a.replica.Get(nodesPrefix + s.ID().String()); return ok })
-	if _, err := a.Admit(ctx, []string{s.ID().String()}, false); err != nil {
+	if _, err := a.Admit(ctx, api.AdmitRequest{Nodes: []string{s.ID().String()}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the stranger admitted", func() bool { return a.rules().Counts(s.ID()) })

@@ -93,7 +93,7 @@ func TestReapedNodeFreesItsName(t *testing.T) {
 	}
 	old := web()
 	waitFor(t, "admin to know the first web", func() bool { _, ok := admin.nodeNamed(old.ID()); return ok })
-	if _, err := admin.Admit(ctx, []string{old.ID().String()}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{old.ID().String()}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Crash(); err != nil {
@@ -101,14 +101,14 @@ func TestReapedNodeFreesItsName(t *testing.T) {
 	}
 	fresh := web()
 	waitFor(t, "admin to know the second web", func() bool { _, ok := admin.nodeNamed(fresh.ID()); return ok })
-	if _, err := admin.Admit(ctx, []string{fresh.ID().String()}, false); err == nil || !strings.Contains(err.Error(), "is held by node "+old.ID().String()) {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{fresh.ID().String()}}); err == nil || !strings.Contains(err.Error(), "is held by node "+old.ID().String()) {
 		t.Fatalf("admitting under a name a node dead for less than the reconnect timeout holds: %v", err)
 	}
 	waitFor(t, "the old web to be reaped on admin", func() bool { return !listed(t, admin, old.ID()) })
 	if got := admin.liveness(old.ID()); got != Dead {
 		t.Fatalf("the reaped web: %s, want dead", got)
 	}
-	if _, err := admin.Admit(ctx, []string{fresh.ID().String()}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{fresh.ID().String()}}); err != nil {
 		t.Fatalf("admitting under a reaped node's name: %v", err)
 	}
 	ids, err := admin.resolve([]string{"web"})
@@ -134,7 +134,7 @@ func TestForceLeave(t *testing.T) {
 	waitFor(t, "every node to know the others", func() bool {
 		return len(admin.nodeRecords()) == 3 && len(other.nodeRecords()) == 3
 	})
-	if _, err := admin.Admit(ctx, []string{"web", "db"}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{"web", "db"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := other.ForceLeave(ctx, []string{old.ID().String()}); statusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "trusted writer") {
@@ -160,7 +160,7 @@ func TestForceLeave(t *testing.T) {
 	waitFor(t, "db to see web force-left", func() bool { return other.liveness(old.ID()) == Left && !listed(t, other, old.ID()) })
 	fresh := start("web")
 	waitFor(t, "admin to know the new web", func() bool { _, ok := admin.nodeNamed(fresh.ID()); return ok })
-	if _, err := admin.Admit(ctx, []string{fresh.ID().String()}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{fresh.ID().String()}}); err != nil {
 		t.Fatalf("admitting under a force-left node's name: %v", err)
 	}
 

@@ -281,15 +281,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 		n.joins = append(n.joins, newJoin(t))
 	}
 
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("node: data dir: %w", err)
-	}
-	// Its state, its plugins and its control socket: whoever else could
-	// write the dir could replace them.
-	if fi, err := os.Stat(cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("node: data dir: %w", err)
-	} else if why := fsperm.Unsafe(fi); why != "" {
-		return nil, fmt.Errorf("node: data dir %s is %s: anyone who can write it could replace the agent's state, plugins and control socket", cfg.DataDir, why)
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
@@ -391,6 +384,21 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 }
 
 // lockDataDir takes an exclusive flock so two agents never share a data dir.
+// prepareDataDir makes dir (0700) if it does not exist and refuses one
+// that others can write: its state, its plugins and its control socket,
+// whoever else could write the dir could replace them.
+func prepareDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("node: data dir: %w", err)
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("node: data dir: %w", err)
+	} else if why := fsperm.Unsafe(fi); why != "" {
+		return fmt.Errorf("node: data dir %s is %s: anyone who can write it could replace the agent's state, plugins and control socket", dir, why)
+	}
+	return nil
+}
+
 func lockDataDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, "lock")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)

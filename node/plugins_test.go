@@ -97,7 +97,7 @@ func TestPluginsLoadPerTribeAndCallsAreAuthorized(t *testing.T) {
 	if _, err := admin.Join(ctx, "t", []string{"b"}); err == nil {
 		t.Fatal("joined a pending node to a tribe")
 	}
-	if _, err := admin.Admit(ctx, []string{"b", "c", "d"}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{"b", "c", "d"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "every node to see the admissions", func() bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/keys"
+	"github.com/tribeagent/tribe/node/api"
 )
 
 func TestCheckRecord(t *testing.T) {
@@ -168,7 +169,7 @@ func TestUnreadableAdmissionChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := joinAdmin(t, admin, ca, "b", nil)
-	if _, err := admin.Admit(context.Background(), []string{"b"}, false); err != nil {
+	if _, err := admin.Admit(context.Background(), api.AdmitRequest{Nodes: []string{"b"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "b to see its admission", func() bool { return b.rules().Status(b.ID()) == authority.Admitted })

@@ -55,7 +55,7 @@ func TestSharedPlugin(t *testing.T) {
 	}
 	b, c, d := nodes["b"], nodes["c"], nodes["d"]
 	waitFor(t, "admin to know every node", func() bool { return len(admin.nodeRecords()) == 4 })
-	if _, err := admin.Admit(ctx, nil, true); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{AllPending: true}); err != nil {
 		t.Fatal(err)
 	}
 	jobTribe(t, admin, "t", "echo", []*Node{b, c, d})
@@ -172,7 +172,7 @@ func TestStrangersHoldNoFetchSlot(t *testing.T) {
 	cb.Trusted, cb.Join = ca.Trusted, []string{tcpAddr(admin)}
 	b := startNode(t, cb)
 	waitFor(t, "admin to know b", func() bool { return len(admin.nodeRecords()) == 2 })
-	if _, err := admin.Admit(ctx, nil, true); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{AllPending: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "b to count on admin", func() bool { return admin.rules().Counts(b.ID()) })

@@ -84,7 +84,7 @@ func watchCluster(t *testing.T) (admin, b *Node) {
 	if _, err := admin.CreateTribe(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Admit(ctx, []string{"b"}, false); err != nil {
+	if _, err := admin.Admit(ctx, api.AdmitRequest{Nodes: []string{"b"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Join(ctx, "t", []string{"admin", "b"}); err != nil {

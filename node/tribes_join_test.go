@@ -95,7 +95,7 @@ func TestJoinAndLeaveWriteEachNodeOnce(t *testing.T) {
 func TestAdmitAndRevokeWriteEachNodeOnce(t *testing.T) {
 	admin, ns := trustedCluster(t, nil, "b")
 	admit := func(ctx context.Context, nodes []string) ([]api.Admission, error) {
-		return admin.Admit(ctx, nodes, false)
+		return admin.Admit(ctx, api.AdmitRequest{Nodes: nodes})
 	}
 	checkEachNodeOnce(t, writesUnder(t, admin, authority.AdmittedPrefix), "b", ns["b"].ID().String(),
 		nodesOp[api.Admission]{"admit", admit, 1}, nodesOp[api.Admission]{"revoke", admin.Revoke, 1})

@@ -13,23 +13,22 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api"
 )
 
-// presetIdentity creates the agent's key before it starts, so its peer ID
+// presetIdentity creates the agent's key before it starts (tribe id), so its peer ID
 // can go in every agent's trust list.
 func presetIdentity(t testing.TB, a *agentProc) string {
 	t.Helper()
-	key, _, err := keys.LoadOrCreateIdentity(filepath.Join(a.dir, keys.IdentityFile))
-	if err != nil {
-		t.Fatal(err)
+	out, stderr, code := tribe("id", "--data-dir", a.dir)
+	if code != 0 {
+		t.Fatalf("tribe id: exit %d %s", code, stderr)
 	}
-	id, err := peer.IDFromPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
+	id := strings.TrimSpace(out)
+	if _, err := peer.Decode(id); err != nil {
+		t.Fatalf("tribe id printed %q: %v", out, err)
 	}
-	return id.String()
+	return id
 }
 
 // loadedIn counts the plugin loads in tribe that a says are loaded.

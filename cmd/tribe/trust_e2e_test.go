@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,4 +214,57 @@ func (r *rogue) call(t *testing.T, to string, req plugins.Request) plugins.Respo
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return plugins.Call(ctx, r.h, id, req)
+}
+
+// A host admitted ahead of its first start: `tribe id` makes its identity
+// and prints its peer ID, a trusted writer admits that ID under a name,
+// and the host counts from its first record. Misused, --name is a usage
+// error and writes nothing.
+func TestAdmitAheadEndToEnd(t *testing.T) {
+	admin := newAgent(t, "admin")
+	adminID := presetIdentity(t, admin)
+	admin.args = append(admin.args, "--trusted", adminID)
+	admin.start()
+	web := newAgent(t, "web-7", "--join", admin.tcpJoin(), "--trusted", adminID)
+	var id struct {
+		ID      string `json:"id"`
+		Created bool   `json:"created"`
+	}
+	if out, stderr, code := tribe("id", "--json", "--data-dir", web.dir); code != 0 || json.Unmarshal([]byte(out), &id) != nil || !id.Created {
+		t.Fatalf("tribe id --json on a new data dir: exit %d %q %s", code, out, stderr)
+	}
+	if again := presetIdentity(t, web); again != id.ID {
+		t.Fatalf("tribe id again: %s, then %s", id.ID, again)
+	}
+	for _, args := range [][]string{
+		{"admit", "--name", "web-7"},
+		{"admit", id.ID, adminID, "--name", "web-7"},
+		{"admit", "--all-pending", "--name", "web-7"},
+		{"admit", id.ID, "--name", ""},
+	} {
+		if _, stderr, code := tribe(append(args, "--data-dir", admin.dir)...); code != 2 {
+			t.Fatalf("tribe %v: exit %d, want 2 (usage) %s", args, code, stderr)
+		}
+	}
+	if _, stderr, code := tribe("admit", id.ID, "--data-dir", admin.dir); code != 1 || !strings.Contains(stderr, "--name NAME") {
+		t.Fatalf("admit by a peer ID with no record: exit %d %q, want the hint", code, stderr)
+	}
+	if _, stderr, code := tribe("admit", "web-7", "--name", "web-7", "--data-dir", admin.dir); code != 1 || !strings.Contains(stderr, "peer ID") {
+		t.Fatalf("admit ahead by a name: exit %d %q", code, stderr)
+	}
+	out, stderr, code := tribe("admit", id.ID, "--name", "web-7", "--data-dir", admin.dir)
+	if code != 0 || !strings.Contains(out, "web-7") || !strings.Contains(out, "admitted") {
+		t.Fatalf("admit ahead: exit %d %s%s", code, out, stderr)
+	}
+	web.start()
+	if st := web.status(); st.ID != id.ID {
+		t.Fatalf("web-7 runs as %s, tribe id said %s", st.ID, id.ID)
+	}
+	waitUntil(t, 60*time.Second, "web-7 admitted from its first record, on itself and on admin", func() bool {
+		var ns []api.Node
+		admin.cliJSON(&ns, "nodes")
+		return web.status().Admission == "admitted" && len(ns) == 2 && slices.ContainsFunc(ns, func(n api.Node) bool {
+			return n.ID == id.ID && n.Admission == "admitted"
+		})
+	})
 }

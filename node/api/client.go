@@ -159,10 +159,11 @@ func (c *Client) LoadPlugin(ctx context.Context, name, tribe string, req LoadReq
 	return p, err
 }
 
-// Admit admits nodes (names or peer IDs), or every pending node.
-func (c *Client) Admit(ctx context.Context, nodes []string, allPending bool) ([]Admission, error) {
+// Admit admits nodes (names or peer IDs), or every pending node, or one
+// node by peer ID under a name.
+func (c *Client) Admit(ctx context.Context, req AdmitRequest) ([]Admission, error) {
 	var a []Admission
-	err := c.do(ctx, http.MethodPost, "/v1/admit", AdmitRequest{Nodes: nodes, AllPending: allPending}, &a)
+	err := c.do(ctx, http.MethodPost, "/v1/admit", req, &a)
 	return a, err
 }
 

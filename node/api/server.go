@@ -211,7 +211,7 @@ func handler(agent Agent, limits Limits) http.Handler {
 		if err := decode(r, &req); err != nil {
 			return nil, err
 		}
-		return agent.Admit(r.Context(), req.Nodes, req.AllPending)
+		return agent.Admit(r.Context(), req)
 	}))
 	mux.Handle("POST /v1/revoke", endpoint(func(r *http.Request) (any, error) {
 		var req NodesRequest

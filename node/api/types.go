@@ -46,8 +46,9 @@ type Agent interface {
 	// error before any result means nothing was called.
 	Call(ctx context.Context, req CallRequest, emit func(CallResult)) (CallSummary, error)
 	// Admit admits nodes (names or peer IDs), or every pending node with
-	// allPending; Revoke revokes nodes. Trusted writers only.
-	Admit(ctx context.Context, nodes []string, allPending bool) ([]Admission, error)
+	// AllPending, or one node by peer ID under Name; Revoke revokes nodes.
+	// Trusted writers only.
+	Admit(ctx context.Context, req AdmitRequest) ([]Admission, error)
 	Revoke(ctx context.Context, nodes []string) ([]Admission, error)
 	// Watch calls emit with nil once it has subscribed, then with every
 	// event under prefix (all with "") as it happens, from one goroutine,
@@ -124,6 +125,9 @@ type Admission struct {
 type AdmitRequest struct {
 	Nodes      []string `json:"nodes"`
 	AllPending bool     `json:"all_pending"`
+	// Name admits the one node of Nodes, a peer ID, under this name,
+	// whether or not its record has reached the agent.
+	Name string `json:"name,omitempty"`
 }
 
 // Plugin is a plugin loaded in a tribe and how its loading went on each

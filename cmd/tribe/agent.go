@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tribeagent/tribe/internal/resident"
+	"github.com/tribeagent/tribe/internal/timerslack"
 	"github.com/tribeagent/tribe/node"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/policy"
@@ -73,6 +74,12 @@ const (
 	idleGCAfter = 10 * time.Second
 )
 
+// timerSlack is how late the kernel may wake the agent's threads from a
+// timed sleep: sysmon's 20 µs naps become about a millisecond, and the
+// agent's own timers (probes every second, timeouts of hundreds of
+// milliseconds) do not notice. The commands and plugins it starts inherit it.
+const timerSlack = time.Millisecond
+
 func runAgent(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
@@ -101,6 +108,13 @@ func runAgent(c *cli.Context) error {
 	// environment still decides.
 	if os.Getenv("GOMAXPROCS") == "" && cfg.Procs > 0 {
 		runtime.GOMAXPROCS(cfg.Procs)
+	}
+	// Go's system monitor wakes every 20 µs of each burst of work; a
+	// coarser timer slack makes those wake-ups rarer (see timerslack).
+	// Other threads' need CAP_SYS_NICE; the packaged unit sets it for the
+	// whole process instead (TimerSlackNSec=).
+	if n, err := timerslack.Set(timerSlack.Nanoseconds()); err != nil {
+		log.Debug("timer slack not set on every thread: it needs CAP_SYS_NICE, or TimerSlackNSec= in a systemd unit", "slack", timerSlack, "set", n, "err", err)
 	}
 	// The process ends with Run, so the signal relay is never stopped
 	// (signal.Stop was seen to stall shutdown for ~30 s here).

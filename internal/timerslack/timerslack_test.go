@@ -1,0 +1,71 @@
+package timerslack
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+)
+
+// Set reaches every thread it may; threads made later take it from their
+// creator; without CAP_SYS_NICE it still sets the calling thread's and says
+// why it could not set the others'.
+func TestSetEveryThread(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc here:", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	self := syscall.Gettid()
+	before, err := Of(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := before + 700_000
+	changed, err := Set(want)
+	if got, _ := Of(self); got != want {
+		t.Fatalf("the calling thread's slack %d after Set(%d) (changed %d, %v)", got, want, changed, err)
+	}
+	if err != nil {
+		if os.Geteuid() == 0 || !errors.Is(err, os.ErrPermission) {
+			t.Fatalf("Set: %v", err)
+		}
+		t.Skipf("other threads need CAP_SYS_NICE: %v", err)
+	}
+	tids, _ := os.ReadDir("/proc/self/task")
+	for _, d := range tids {
+		_, err := os.Stat("/proc/" + d.Name())
+		if err == nil {
+			if got, _ := Of(atoi(t, d.Name())); got < want {
+				t.Fatalf("thread %s: slack %d, want at least %d", d.Name(), got, want)
+			}
+		}
+	}
+	// A thread made now is made by one of those: it has the slack too.
+	got := make(chan int64)
+	for range 4 {
+		go func() {
+			runtime.LockOSThread() // this goroutine's thread ends with it: the next needs a new one
+			s, _ := Of(syscall.Gettid())
+			got <- s
+		}()
+		if s := <-got; s != want {
+			t.Fatalf("a new thread's slack %d, want %d", s, want)
+		}
+	}
+	if changed, err := Set(want); changed != 0 || err != nil {
+		t.Fatalf("Set again: changed %d, %v", changed, err)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			t.Fatalf("thread id %q", s)
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}

@@ -25,8 +25,8 @@ now. --all-pending admits every pending node whose name is free; revoked
 nodes are not pending and stay revoked.
 
 PEERID --name NAME admits one node by its peer ID under NAME, whether or
-not its record has arrived: a host admitted before its first start (its
-peer ID is in its data dir's key, shown by tribe status on that host), or
+not its record has arrived: a host admitted before its first start (tribe
+id on that host prints its peer ID, and makes its identity if need be), or
 one whose record this agent does not hold because records of nodes that
 do not count are bounded (1,024 held), which anyone can fill.`,
 		Flags: []cli.Flag{

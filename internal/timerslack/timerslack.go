@@ -71,12 +71,3 @@ func Set(ns int64) (changed int, err error) {
 	}
 	return changed, first
 }
-
-// Of returns the timer slack of thread tid of this process, in ns.
-func Of(tid int) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/timerslack_ns")
-	if err != nil {
-		return 0, fmt.Errorf("timerslack: %w", err)
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -18,13 +20,13 @@ func TestSetEveryThread(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	self := syscall.Gettid()
-	before, err := Of(self)
+	before, err := slackOf(self)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := before + 700_000
 	changed, err := Set(want)
-	if got, _ := Of(self); got != want {
+	if got, _ := slackOf(self); got != want {
 		t.Fatalf("the calling thread's slack %d after Set(%d) (changed %d, %v)", got, want, changed, err)
 	}
 	if err != nil {
@@ -35,9 +37,9 @@ func TestSetEveryThread(t *testing.T) {
 	}
 	tids, _ := os.ReadDir("/proc/self/task")
 	for _, d := range tids {
-		_, err := os.Stat("/proc/" + d.Name())
-		if err == nil {
-			if got, _ := Of(atoi(t, d.Name())); got < want {
+		tid, _ := strconv.Atoi(d.Name())
+		if _, err := os.Stat("/proc/" + d.Name()); err == nil {
+			if got, _ := slackOf(tid); got < want {
 				t.Fatalf("thread %s: slack %d, want at least %d", d.Name(), got, want)
 			}
 		}
@@ -47,7 +49,7 @@ func TestSetEveryThread(t *testing.T) {
 	for range 4 {
 		go func() {
 			runtime.LockOSThread() // this goroutine's thread ends with it: the next needs a new one
-			s, _ := Of(syscall.Gettid())
+			s, _ := slackOf(syscall.Gettid())
 			got <- s
 		}()
 		if s := <-got; s != want {
@@ -59,13 +61,11 @@ func TestSetEveryThread(t *testing.T) {
 	}
 }
 
-func atoi(t *testing.T, s string) int {
-	n := 0
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			t.Fatalf("thread id %q", s)
-		}
-		n = n*10 + int(c-'0')
+// slackOf is thread tid's timer slack, in ns.
+func slackOf(tid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/timerslack_ns")
+	if err != nil {
+		return 0, err
 	}
-	return n
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }

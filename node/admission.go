@@ -15,7 +15,6 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
-	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/policy"
 )
@@ -133,12 +132,9 @@ func admitAhead(req api.AdmitRequest) (peer.ID, error) {
 	}
 	id, err := peer.Decode(req.Nodes[0])
 	if err != nil {
-		return "", fmt.Errorf("--name admits a node by its peer ID (tribe status on that host shows it): %q is not a peer ID", req.Nodes[0])
+		return "", fmt.Errorf("--name admits a node by its peer ID (tribe id on that host prints it): %q is not a peer ID", req.Nodes[0])
 	}
-	if len(req.Name) > maxNameLen || !names.Printable(req.Name) {
-		return "", fmt.Errorf("name %q: at most %d bytes of printable text (no control or format characters)", req.Name, maxNameLen)
-	}
-	return id, nil
+	return id, nameErr(req.Name)
 }
 
 // writeAdmission writes one admission entry, unless ctx has ended (the

@@ -19,21 +19,21 @@ import (
 	"github.com/tribeagent/tribe/node/api"
 )
 
-// madeUpRecord is a record of a node that exists only as a key, as anyone
-// can make: signed, named name.
-func madeUpRecord(t *testing.T, name string) (peer.ID, *gossip.Signed) {
+// madeUpRecord is the record rec of a node that exists only as a fresh
+// key, as anyone can make, signed as written at: its ID, key and entry.
+func madeUpRecord(t *testing.T, rec map[string]any, at time.Time) (peer.ID, crypto.PrivKey, *gossip.Signed) {
 	t.Helper()
 	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id, _ := peer.IDFromPrivateKey(key)
-	rec, _ := json.Marshal(map[string]any{"name": name})
-	s, err := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: rec, HLC: gossip.Next(0, time.Now())}, key)
+	v, _ := json.Marshal(rec)
+	s, err := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: v, HLC: gossip.Next(0, at)}, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return id, s
+	return id, key, s
 }
 
 // Records of nodes that do not count are bounded, and anyone can fill the
@@ -46,7 +46,7 @@ func TestAdmitAheadOfTheRecord(t *testing.T) {
 	ctx := context.Background()
 	flood := make([]*gossip.Signed, 0, gossip.MaxPending)
 	for i := range gossip.MaxPending {
-		id, s := madeUpRecord(t, fmt.Sprintf("fake%d", i))
+		id, _, s := madeUpRecord(t, map[string]any{"name": fmt.Sprintf("fake%d", i)}, time.Now())
 		e, err := admin.replica.Check(id, s.Raw)
 		if err != nil {
 			t.Fatalf("made-up record %d: %v", i, err)
@@ -56,7 +56,7 @@ func TestAdmitAheadOfTheRecord(t *testing.T) {
 	if err := admin.replica.Apply(flood...); err != nil {
 		t.Fatal(err)
 	}
-	stranger, s := madeUpRecord(t, "late")
+	stranger, _, s := madeUpRecord(t, map[string]any{"name": "late"}, time.Now())
 	if _, err := admin.replica.Accept(stranger, s.Raw); !errors.Is(err, gossip.ErrPendingFull) {
 		t.Fatalf("a record past the flood: %v, want ErrPendingFull", err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/jobs"
@@ -214,9 +213,8 @@ func (c Config) Validate() error {
 	if !clusterRE().MatchString(c.Cluster) {
 		bad("cluster %q: use 1 to 32 lower-case letters, digits and dashes, starting with a letter or digit", c.Cluster)
 	}
-	if len(c.Name) > maxNameLen || !names.Printable(c.Name) {
-		// As other nodes take a record (checkRecord).
-		bad("name %q: at most %d bytes of printable text (no control or format characters)", c.Name, maxNameLen)
+	if err := nameErr(c.Name); err != nil {
+		bad("%v", err) // as other nodes take a record (checkRecord)
 	}
 	for _, s := range c.ListenAddrs {
 		a, err := ma.NewMultiaddr(s)

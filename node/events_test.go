@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -76,17 +74,11 @@ func TestWatchSeesLivenessTransitions(t *testing.T) {
 func TestWatchIgnoresAStrangersPluginStates(t *testing.T) {
 	a, _ := trustedAdmin(t)
 	got := watchAll(t, a)
-	key, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-	id, _ := peer.IDFromPrivateKey(key)
 	plugins := map[string]any{}
 	for i := range 60 { // within the 8 KiB a record of a node that does not count may have
 		plugins[fmt.Sprintf("t%d/p", i)] = map[string]string{"version": "1", "error": strings.Repeat("x", 40)}
 	}
-	rec, _ := json.Marshal(map[string]any{"name": "stranger", "plugins": plugins})
-	s, err := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: rec, HLC: gossip.Next(0, time.Now())}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, _, s := madeUpRecord(t, map[string]any{"name": "stranger", "plugins": plugins}, time.Now())
 	if _, err := a.replica.Accept(id, s.Raw); err != nil {
 		t.Fatal(err)
 	}
@@ -121,12 +113,9 @@ func TestStrangersRecordsHoldNothingBack(t *testing.T) {
 	var last peer.ID
 	var lastKey crypto.PrivKey
 	for i := range 50 {
-		key, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-		id, _ := peer.IDFromPrivateKey(key)
-		rec, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("s%d", i)})
 		// Written a while ago: a new version of it (the tombstone below)
 		// is taken only gossip.PendingRewrite after it.
-		s, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: rec, HLC: gossip.Next(0, time.Now().Add(-2*gossip.PendingRewrite))}, key)
+		id, key, s := madeUpRecord(t, map[string]any{"name": fmt.Sprintf("s%d", i)}, time.Now().Add(-2*gossip.PendingRewrite))
 		if _, err := a.replica.Accept(id, s.Raw); err != nil {
 			t.Fatal(err)
 		}

@@ -60,7 +60,6 @@ import (
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
 	"github.com/tribeagent/tribe/internal/fsperm"
-	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/keys"
 	"github.com/tribeagent/tribe/node/api/events"
 	"github.com/tribeagent/tribe/node/api/metrics"
@@ -215,7 +214,7 @@ type Node struct {
 // hostName is the node's name when none is set: the host's name, or
 // "tribe" where that is none or one other nodes would refuse (records.go).
 func hostName(h string, err error) string {
-	if err != nil || h == "" || len(h) > maxNameLen || !names.Printable(h) {
+	if err != nil || h == "" || nameErr(h) != nil {
 		return "tribe"
 	}
 	return h

@@ -27,6 +27,16 @@ type recordText struct {
 	Facts   json.RawMessage `json:"facts"`
 }
 
+// nameErr says why name is not one other nodes take in a record (at most
+// maxNameLen bytes of printable text), or is nil: the rule for --name, a
+// name admitted by hand, and the host name a node falls back on.
+func nameErr(name string) error {
+	if len(name) > maxNameLen || !names.Printable(name) {
+		return fmt.Errorf("name %q: at most %d bytes of printable text (no control or format characters)", name, maxNameLen)
+	}
+	return nil
+}
+
 // checkRecord reports why the value of a nodes/<peer> entry cannot be
 // taken: it must read as a record, its name, version and addresses must
 // be printable text of bounded length (they are shown to operators, and

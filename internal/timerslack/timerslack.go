@@ -7,9 +7,9 @@
 // agent's work is many short bursts (probes, gossip, acks), each of which
 // wakes it from its deep sleep. With the kernel's default slack of 50 µs that
 // is a wake-up every 70 µs or so of each burst: in an idle agent of 20 on
-// loopback (2026-11-29, one run each, CPU from /proc/PID/task/*/schedstat),
-// sysmon took 31–32 of the agent's 122–131 ms of CPU a minute, and 11 of 100
-// at a slack of 1 ms. Sysmon's other duties (taking the processor back
+// loopback (2026-11-29, the builds before and after the agent set 1 ms
+// alternated, two pairs, CPU from /proc/PID/task/*/schedstat), sysmon took
+// 31–33 of the agent's 124–137 ms of CPU a minute, and 12–15 of 103–117. Sysmon's other duties (taking the processor back
 // from a goroutine stuck in a system call, preempting one that ran 10 ms)
 // keep their purpose at a millisecond's grain.
 //

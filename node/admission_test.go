@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -69,6 +70,16 @@ func TestAdmitAheadOfTheRecord(t *testing.T) {
 	}
 	if again, created, err := Identity(cb.DataDir); err != nil || created || again != id {
 		t.Fatalf("Identity again: %s (want %s), created %v, %v", again, id, created, err)
+	}
+	// A key in a dir others can write may be theirs: no ID is read from it.
+	if err := os.Chmod(cb.DataDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := Identity(cb.DataDir); err == nil {
+		t.Fatalf("Identity of a dir anyone can write: %s, no error", got)
+	}
+	if err := os.Chmod(cb.DataDir, 0o700); err != nil {
+		t.Fatal(err)
 	}
 
 	for _, bad := range []api.AdmitRequest{

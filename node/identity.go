@@ -21,11 +21,13 @@ import (
 // moment cannot make another; reading one needs no lock, so a running
 // agent's ID is read too.
 func Identity(dataDir string) (id peer.ID, created bool, err error) {
+	// A key in a dir others can write may be theirs: an ID admitted ahead
+	// from it would admit them. The agent refuses such a dir too.
+	if err := prepareDataDir(dataDir); err != nil {
+		return "", false, err
+	}
 	path := filepath.Join(dataDir, keys.IdentityFile)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		if err := prepareDataDir(dataDir); err != nil {
-			return "", false, err
-		}
 		lock, err := lockDataDir(dataDir)
 		if err != nil {
 			return "", false, err

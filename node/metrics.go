@@ -67,7 +67,8 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 	traffic, dups := n.traffic.Counts()
 	snap.Pubsub = metrics.Pubsub{Sent: traffic["sent"], Received: traffic["received"], Duplicates: dups}
 	if n.swim.d != nil {
-		snap.ProbeHealth = n.swim.d.Stats().Health
+		st := n.swim.d.Stats()
+		snap.ProbeHealth, snap.ProbesLate = st.Health, st.Late
 	}
 	rules := n.rules()
 	if n.replica.Trust().Open() {

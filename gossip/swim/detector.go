@@ -76,6 +76,10 @@ type Detector struct {
 	// suspicion to time out came (see with).
 	wake   chan struct{}
 	rounds atomic.Int64 // gossip rounds run, for tests
+	late   atomic.Int64 // failed probes this node saw end late (see probe)
+	// now is the clock the detector reads: time.Now, but for tests of
+	// its own lag (watchLag).
+	now func() time.Time
 }
 
 // New returns a detector for cfg.Self on tr. onChange, if not nil, is
@@ -92,7 +96,7 @@ func New(cfg Config, tr Transport, rng *rand.Rand, onChange func([]Change)) (*De
 		onChange = func([]Change) {}
 	}
 	cfg = cfg.withDefaults()
-	d := &Detector{cfg: cfg, tr: tr, onChange: onChange, m: NewMembers(cfg, rng), wake: make(chan struct{}, 1)}
+	d := &Detector{cfg: cfg, tr: tr, onChange: onChange, m: NewMembers(cfg, rng), wake: make(chan struct{}, 1), now: time.Now}
 	d.turn = sync.NewCond(&d.deliverMu)
 	return d, nil
 }
@@ -205,7 +209,7 @@ func (d *Detector) receive(m Message) {
 	if len(m.Updates) == 0 {
 		return
 	}
-	now := time.Now()
+	now := d.now()
 	d.with(func(mb *Members) []Change { return mb.Apply(m.Updates, now) })
 }
 
@@ -214,6 +218,14 @@ func (d *Detector) receive(m Message) {
 // suspect. The timeout and the interval stretch with the local health
 // score, and the outcome moves it (Lifeguard's awareness): a node that
 // cannot get answers itself waits longer before it accuses anyone.
+//
+// A failed probe whose deadlines this node saw pass late, by more than a
+// LateShare of the probe timeout, accuses no one: the node itself was
+// not running (its CPU starved, its process stopped, its VM paused), so
+// the answers may have come and waited unread. It counts against the
+// node's own health instead. Lifeguard's nacks tell a slow prober from a
+// slow target only when the helpers answer it in time, and a prober
+// paused during the helpers' window misses their acks too.
 func (d *Detector) probe(ctx context.Context) {
 	var near []string
 	if d.cfg.Neighbours != nil {
@@ -233,12 +245,17 @@ func (d *Detector) probe(ctx context.Context) {
 	if !ok {
 		return
 	}
+	// late is how long after a deadline of this probe this node saw it
+	// pass, at most.
+	var late time.Duration
 	err := d.reach(ctx, target, interval)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
+		lag := watchLag(pctx, d.now)
 		var ack Message
 		ack, err = d.tr.Ping(pctx, target, d.message(target))
 		cancel()
+		late = lag()
 		if err == nil || errors.Is(err, ErrBusy) {
 			d.health(probeHealthDelta(true, false, 0, 0))
 			d.receive(ack)
@@ -250,6 +267,7 @@ func (d *Detector) probe(ctx context.Context) {
 	d.mu.Unlock()
 	ictx, cancel := context.WithTimeout(ctx, interval-timeout)
 	defer cancel()
+	lag := watchLag(ictx, d.now)
 	answered := make(chan error, len(vias))
 	for _, via := range vias {
 		msg := d.message(via)
@@ -275,9 +293,49 @@ func (d *Detector) probe(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	cancel()
+	if late = max(late, lag()); late > timeout/LateShare {
+		d.late.Add(1)
+		d.health(1)
+		return
+	}
 	d.health(probeHealthDelta(false, false, len(vias), nacks))
-	now := time.Now()
+	now := d.now()
 	d.with(func(m *Members) []Change { return m.ProbeFailed(target, now) })
+}
+
+// LateShare: a failed probe whose deadline this node saw pass more than
+// ProbeTimeout/LateShare late accuses no one (see probe). A fifth (100
+// ms of the default 500) is far past the lag of a timer in a process
+// that runs, and well inside that of one waiting for a starved CPU.
+const LateShare = 5
+
+// watchLag watches ctx for its deadline. The func it returns, called
+// once ctx is done or no longer needed, is how late after the deadline
+// (by now) this process ran the timer's callback: its own scheduling
+// lag, not how long the transport took to give up (a transport slow to
+// honour a deadline must not hide a dead member). Zero if ctx ended
+// otherwise, or had not ended.
+func watchLag(ctx context.Context, now func() time.Time) func() time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return func() time.Duration { return 0 }
+	}
+	var lag time.Duration
+	seen := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		if ctx.Err() == context.DeadlineExceeded {
+			lag = max(0, now().Sub(dl))
+		}
+		close(seen)
+	})
+	return func() time.Duration {
+		if stop() {
+			return 0 // ctx had not ended: nothing ran late
+		}
+		<-seen
+		return lag
+	}
 }
 
 // reach gives the transport up to within to make target reachable, if
@@ -320,7 +378,7 @@ func (d *Detector) health(delta int) {
 // converged in 62 to 121 s (by hand; the issue 14 note has the rest).
 func (d *Detector) gossip(ctx context.Context) {
 	d.rounds.Add(1)
-	now := time.Now()
+	now := d.now()
 	d.with(func(m *Members) []Change { return m.Tick(now) })
 	d.mu.Lock()
 	pending := d.m.Pending() && d.gossiping < d.cfg.GossipNodes
@@ -483,7 +541,7 @@ func (d *Detector) HandlePingReq(ctx context.Context, from, target string, m Mes
 
 // Add makes node a member, alive, if it is not known yet.
 func (d *Detector) Add(node string) {
-	now := time.Now()
+	now := d.now()
 	d.with(func(m *Members) []Change { m.Add(node, now); return nil })
 }
 
@@ -512,12 +570,15 @@ type Stats struct {
 	Members int   // known, this node included
 	Bad     int64 // updates whose signature did not verify
 	Health  int   // the local health score (Members.Health)
+	// Late counts the failed probes this node saw end late and so held
+	// against itself, not their target (see probe).
+	Late int64
 }
 
 func (d *Detector) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Stats{Members: d.m.Len(), Bad: d.m.Bad(), Health: d.m.Health()}
+	return Stats{Members: d.m.Len(), Bad: d.m.Bad(), Health: d.m.Health(), Late: d.late.Load()}
 }
 
 // Leave says this node is leaving to up to GossipNodes × RetransmitMult
@@ -581,6 +642,6 @@ func (d *Detector) Corrections(us []Update) []Update {
 
 // ApplySnapshot takes another node's snapshot.
 func (d *Detector) ApplySnapshot(us []Update) {
-	now := time.Now()
+	now := d.now()
 	d.with(func(m *Members) []Change { return m.ApplySnapshot(us, now) })
 }

@@ -544,3 +544,65 @@ func TestBusyIsAlive(t *testing.T) {
 		}
 	})
 }
+
+// silent answers no probe: every ping and ping-req waits out its
+// deadline, as to a member that died.
+type silent struct{}
+
+func (silent) Ping(ctx context.Context, _ string, _ Message) (Message, error) {
+	<-ctx.Done()
+	return Message{}, ctx.Err()
+}
+
+func (silent) PingReq(ctx context.Context, _, _ string, _ Message) (Message, error) {
+	<-ctx.Done()
+	return Message{}, ctx.Err()
+}
+
+// TestLateProbeAccusesNoOne: a probe that nobody answers makes its
+// target suspect, unless this node saw the probe's deadlines pass more
+// than ProbeTimeout/LateShare late (its clock read that much past the
+// deadline when the timer's callback ran: the process was not running).
+// Then the target stays alive, the probe is counted late, and the node's
+// own health score takes the blame. Just under the share, it accuses.
+func TestLateProbeAccusesNoOne(t *testing.T) {
+	timeout := DefaultConfig().ProbeTimeout
+	for _, tc := range []struct {
+		name    string
+		lag     time.Duration
+		suspect bool
+	}{
+		{"on time", 0, true},
+		{"just under the share", timeout/LateShare - time.Millisecond, true},
+		{"late", timeout/LateShare + time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d, err := New(Config{Self: "self"}, silent{}, rand.New(rand.NewPCG(1, 2)), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The bubble's timers fire on time: a clock that reads
+				// lag past them is a process that ran them that late.
+				d.now = func() time.Time { return time.Now().Add(tc.lag) }
+				for _, m := range []string{"b", "c", "d", "e"} {
+					d.Add(m)
+				}
+				d.probe(t.Context())
+				suspects := 0
+				for _, m := range []string{"b", "c", "d", "e"} {
+					if st, _ := d.State(m); st == Suspect {
+						suspects++
+					}
+				}
+				st := d.Stats()
+				switch {
+				case tc.suspect && (suspects != 1 || st.Late != 0):
+					t.Fatalf("%d suspects, %d late probes; want the target suspect, none late", suspects, st.Late)
+				case !tc.suspect && (suspects != 0 || st.Late != 1 || st.Health != 1):
+					t.Fatalf("%d suspects, %d late probes, health %d; want none suspect, 1 late, health 1", suspects, st.Late, st.Health)
+				}
+			})
+		})
+	}
+}

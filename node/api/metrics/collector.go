@@ -12,6 +12,8 @@ var (
 		"Connected peers of this cluster (they answered hello).", nil, nil)
 	descHealth = prometheus.NewDesc("tribe_swim_health",
 		"The failure detector's local health score (Lifeguard): 0 while this node's own probes get their answers; higher when it misses them (CPU starved, network congested), and its probes slow down by that many times plus one.", nil, nil)
+	descProbesLate = prometheus.NewDesc("tribe_swim_probes_late_total",
+		"Failed probes this node saw end late, its own timers run more than a fifth of the probe timeout after their time (the process was not running: CPU starved or stopped), held against its own health score rather than their target.", nil, nil)
 	descEntries = prometheus.NewDesc("tribe_state_entries",
 		"Keys of the replicated state held here, tombstones included.", nil, nil)
 	descNodes = prometheus.NewDesc("tribe_nodes",
@@ -72,7 +74,7 @@ type collector struct{ src Source }
 func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descEntries, descNodes, descAdmission, descRejected,
+	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descProbesLate, descEntries, descNodes, descAdmission, descRejected,
 		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCommits, descPlugins} {
 		ch <- d
 	}
@@ -89,6 +91,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descInfo, 1, s.ID, s.Name, s.Cluster, s.Version)
 	gauge(descPeers, float64(s.Peers))
 	gauge(descHealth, float64(s.ProbeHealth))
+	counter(descProbesLate, s.ProbesLate)
 	gauge(descEntries, float64(s.Entries))
 	for k, v := range s.NodesByLiveness {
 		gauge(descNodes, float64(v), k)

@@ -64,6 +64,9 @@ type Snapshot struct {
 	Peers int
 	// ProbeHealth is the failure detector's local health score.
 	ProbeHealth int
+	// ProbesLate is the failed probes the failure detector saw end late
+	// and held against this node, not their target.
+	ProbesLate int64
 	// Entries is the state keys held, tombstones included.
 	Entries int
 	// StoreCommits is the state store's write transactions, each a disk

@@ -103,7 +103,7 @@ next:
 func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 	src := &fakeAgent{snap: Snapshot{
 		ID: "12D3KooWtest", Name: "n1", Cluster: "tribe", Version: "1.2.3",
-		Peers: 3, ProbeHealth: 2, Entries: 42, StoreCommits: 17,
+		Peers: 3, ProbeHealth: 2, ProbesLate: 21, Entries: 42, StoreCommits: 17,
 		NodesByLiveness:  map[string]int{"alive": 4, "suspect": 1, "dead": 0},
 		NodesByAdmission: map[string]int{"admitted": 3, "pending": 2},
 		Rejected:         map[string]int64{"bad_signature": 2, "call_unauthorized": 5},
@@ -131,6 +131,7 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		{"tribe_info", map[string]string{"id": "12D3KooWtest", "name": "n1", "cluster": "tribe", "version": "1.2.3"}, 1, dto.MetricType_GAUGE},
 		{"tribe_peers", nil, 3, dto.MetricType_GAUGE},
 		{"tribe_swim_health", nil, 2, dto.MetricType_GAUGE},
+		{"tribe_swim_probes_late_total", nil, 21, dto.MetricType_COUNTER},
 		{"tribe_state_entries", nil, 42, dto.MetricType_GAUGE},
 		{"tribe_store_commits_total", nil, 17, dto.MetricType_COUNTER},
 		{"tribe_nodes", map[string]string{"liveness": "alive"}, 4, dto.MetricType_GAUGE},

@@ -253,11 +253,13 @@ func (d *Detector) probe(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		lag := watchLag(pctx, d.now)
 		var ack Message
+		sent := d.now()
 		ack, err = d.tr.Ping(pctx, target, d.message(target))
+		rtt := d.now().Sub(sent)
 		cancel()
 		late = lag()
 		if err == nil || errors.Is(err, ErrBusy) {
-			d.health(probeHealthDelta(true, false, 0, 0))
+			d.health(ackHealthDelta(rtt, d.cfg.ProbeTimeout, timeout))
 			d.receive(ack)
 			return
 		}
@@ -283,7 +285,7 @@ func (d *Detector) probe(ctx context.Context) {
 	for range vias {
 		err := <-answered
 		if err == nil {
-			d.health(probeHealthDelta(false, true, len(vias), nacks))
+			d.health(probeHealthDelta(true, len(vias), nacks))
 			return
 		}
 		if errors.Is(err, ErrNack) {
@@ -299,7 +301,7 @@ func (d *Detector) probe(ctx context.Context) {
 		d.health(1)
 		return
 	}
-	d.health(probeHealthDelta(false, false, len(vias), nacks))
+	d.health(probeHealthDelta(false, len(vias), nacks))
 	now := d.now()
 	d.with(func(m *Members) []Change { return m.ProbeFailed(target, now) })
 }

@@ -511,11 +511,13 @@ func TestProbeTimeoutStartsAfterTheDial(t *testing.T) {
 		if n := suspectedAfter(t, reachingFleet{&slowDialFleet{dial: 700 * time.Millisecond}}); n != 0 {
 			t.Fatalf("%d of 20 members suspect after a round of probes with the dial apart, want 0", n)
 		}
-		// Timed together, Lifeguard's awareness stretches the timeout
-		// after each suspicion and relaxes it with each answer: one
-		// probe in four still suspects a live member here.
-		if n := suspectedAfter(t, &slowDialFleet{dial: 700 * time.Millisecond}); n < 4 {
-			t.Fatalf("%d of 20 members suspect with the dial inside the probe timeout, want at least 4 (the case Reacher is for)", n)
+		// Timed together, a probe fails until the timeout has stretched
+		// past the dial: Lifeguard's awareness stretches it after a
+		// suspicion, and answers that took over half of it hold it
+		// there (ackHealthDelta; when each answer relaxed it, one probe
+		// in four suspected a live member here).
+		if n := suspectedAfter(t, &slowDialFleet{dial: 700 * time.Millisecond}); n < 1 {
+			t.Fatalf("%d of 20 members suspect with the dial inside the probe timeout, want at least 1 (the case Reacher is for)", n)
 		}
 	})
 }
@@ -605,4 +607,57 @@ func TestLateProbeAccusesNoOne(t *testing.T) {
 			})
 		})
 	}
+}
+
+// slowAcks answers every ping after its delay, if the ping's deadline
+// has not passed by then.
+type slowAcks struct{ delay atomic.Int64 }
+
+func (s *slowAcks) Ping(ctx context.Context, _ string, _ Message) (Message, error) {
+	select {
+	case <-time.After(time.Duration(s.delay.Load())):
+		return Message{}, nil
+	case <-ctx.Done():
+		return Message{}, ctx.Err()
+	}
+}
+
+func (s *slowAcks) PingReq(ctx context.Context, _, _ string, _ Message) (Message, error) {
+	return s.Ping(ctx, "", Message{})
+}
+
+// TestSlowAcksStretchTheProbeTimeout: acks that take 300 ms, more than
+// half the 500 ms timeout, raise the health score once, to a 1 s timeout
+// that they fit in twice, and it holds there; acks at 10 ms bring it
+// back to 0. No member is suspected meanwhile.
+func TestSlowAcksStretchTheProbeTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &slowAcks{}
+		tr.delay.Store(int64(300 * time.Millisecond))
+		d, err := New(Config{Self: "self"}, tr, rand.New(rand.NewPCG(3, 4)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"b", "c", "d", "e"} {
+			d.Add(m)
+		}
+		var scores []int
+		for range 4 {
+			d.probe(t.Context())
+			scores = append(scores, d.Stats().Health)
+		}
+		tr.delay.Store(int64(10 * time.Millisecond))
+		for range 2 {
+			d.probe(t.Context())
+			scores = append(scores, d.Stats().Health)
+		}
+		if want := []int{1, 1, 1, 1, 0, 0}; !slices.Equal(scores, want) {
+			t.Fatalf("health after each probe: %v, want %v", scores, want)
+		}
+		for _, m := range []string{"b", "c", "d", "e"} {
+			if st, _ := d.State(m); st != Alive {
+				t.Fatalf("%s is %v", m, st)
+			}
+		}
+	})
 }

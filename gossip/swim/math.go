@@ -36,19 +36,40 @@ func retransmits(mult, n int) int {
 	return mult * int(math.Ceil(math.Log10(float64(n)+1)))
 }
 
-// probeHealthDelta is how a probe moves the local health score
-// (memberlist's awareness deltas): −1 for a direct ack; 0 for an ack
-// through a helper; for a failed probe, one per helper whose nack did
-// not come either (this node missed answers from members it takes for
-// healthy: more likely its own fault than theirs), or 1 with no helpers.
-func probeHealthDelta(direct, indirect bool, helpers, nacks int) int {
+// probeHealthDelta is how a probe that got no direct ack moves the local
+// health score (memberlist's awareness deltas): 0 for an ack through a
+// helper; for a failed probe, one per helper whose nack did not come
+// either (this node missed answers from members it takes for healthy:
+// more likely its own fault than theirs), or 1 with no helpers. A direct
+// ack moves it by ackHealthDelta.
+func probeHealthDelta(indirect bool, helpers, nacks int) int {
 	switch {
-	case direct:
-		return -1
 	case indirect:
 		return 0
 	case helpers == 0:
 		return 1
 	}
 	return max(helpers-nacks, 0)
+}
+
+// ackHealthDelta is how a direct ack that came rtt after the ping moves
+// the local health score, given the probe timeout configured (base) and
+// as the score stretched it (stretched): +1 if it took more than half the
+// stretched timeout, −1 (memberlist's) if it took at most half the base
+// one, else nothing. Answers that slow mean a fleet (or this node) too
+// busy to answer in time for long: each probe that fails next is a
+// suspicion, its confirmations and a refutation for every node to check,
+// more load on the busy fleet. So the timeout stretches until it is at
+// least twice the answers' time (up to AwarenessMax times the base), and
+// shrinks back once answers come as fast as the base timeout expects;
+// between the two it holds, where shrinking at once would make the very
+// next answer slow again.
+func ackHealthDelta(rtt, base, stretched time.Duration) int {
+	switch {
+	case rtt > stretched/2:
+		return 1
+	case rtt <= base/2:
+		return -1
+	}
+	return 0
 }

@@ -58,20 +58,40 @@ func TestRetransmits(t *testing.T) {
 
 func TestProbeHealthDelta(t *testing.T) {
 	for _, c := range []struct {
-		name             string
-		direct, indirect bool
-		helpers, nacks   int
-		want             int
+		name           string
+		indirect       bool
+		helpers, nacks int
+		want           int
 	}{
-		{"direct ack", true, false, 0, 0, -1},
-		{"ack through a helper", false, true, 3, 1, 0},
-		{"failed, no helpers to ask", false, false, 0, 0, 1},
-		{"failed, every helper nacked: the target is down, not us", false, false, 3, 3, 0},
-		{"failed, one nack of three missing", false, false, 3, 2, 1},
-		{"failed, no helper answered at all: likely us", false, false, 3, 0, 3},
+		{"ack through a helper", true, 3, 1, 0},
+		{"failed, no helpers to ask", false, 0, 0, 1},
+		{"failed, every helper nacked: the target is down, not us", false, 3, 3, 0},
+		{"failed, one nack of three missing", false, 3, 2, 1},
+		{"failed, no helper answered at all: likely us", false, 3, 0, 3},
 	} {
-		if got := probeHealthDelta(c.direct, c.indirect, c.helpers, c.nacks); got != c.want {
+		if got := probeHealthDelta(c.indirect, c.helpers, c.nacks); got != c.want {
 			t.Errorf("%s: probeHealthDelta = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestAckHealthDelta(t *testing.T) {
+	const base = 500 * time.Millisecond
+	for _, c := range []struct {
+		rtt, stretched time.Duration
+		want           int
+	}{
+		{time.Millisecond, base, -1},
+		{base / 2, base, -1},
+		{base/2 + time.Millisecond, base, 1},
+		{base, base, 1},
+		{base/2 + time.Millisecond, 2 * base, 0}, // stretched once: holds
+		{base, 2 * base, 0},
+		{base + time.Millisecond, 2 * base, 1},
+		{base / 2, 4 * base, -1}, // as fast as the base expects: shrinks
+	} {
+		if got := ackHealthDelta(c.rtt, base, c.stretched); got != c.want {
+			t.Errorf("ackHealthDelta(%v, %v, %v) = %d, want %d", c.rtt, base, c.stretched, got, c.want)
 		}
 	}
 }

@@ -11,7 +11,7 @@ var (
 	descPeers = prometheus.NewDesc("tribe_peers",
 		"Connected peers of this cluster (they answered hello).", nil, nil)
 	descHealth = prometheus.NewDesc("tribe_swim_health",
-		"The failure detector's local health score (Lifeguard): 0 while this node's own probes get their answers; higher when it misses them (CPU starved, network congested), and its probes slow down by that many times plus one.", nil, nil)
+		"The failure detector's local health score (Lifeguard): 0 while this node's own probes get their answers in time; higher when it misses them (CPU starved, network congested) or they come slowly (a busy fleet), and its probes slow down by that many times plus one.", nil, nil)
 	descProbesLate = prometheus.NewDesc("tribe_swim_probes_late_total",
 		"Failed probes this node saw end late, its own timers run more than a fifth of the probe timeout after their time (the process was not running: CPU starved or stopped), held against its own health score rather than their target.", nil, nil)
 	descEntries = prometheus.NewDesc("tribe_state_entries",

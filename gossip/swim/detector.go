@@ -219,13 +219,16 @@ func (d *Detector) receive(m Message) {
 // score, and the outcome moves it (Lifeguard's awareness): a node that
 // cannot get answers itself waits longer before it accuses anyone.
 //
-// A failed probe whose deadlines this node saw pass late, by more than a
+// A failed probe whose verdict this node saw come late, by more than a
 // LateShare of the probe timeout, accuses no one: the node itself was
 // not running (its CPU starved, its process stopped, its VM paused), so
 // the answers may have come and waited unread. It counts against the
-// node's own health instead. Lifeguard's nacks tell a slow prober from a
-// slow target only when the helpers answer it in time, and a prober
-// paused during the helpers' window misses their acks too.
+// node's own health instead. The verdict is the helpers' window's, or
+// the direct ping's when there are no helpers to ask (the helpers probe
+// the target afresh, whatever happened to the ping). Lifeguard's nacks
+// tell a slow prober from a slow target only when the helpers answer it
+// in time, and a prober paused during their window misses their acks
+// too.
 func (d *Detector) probe(ctx context.Context) {
 	var near []string
 	if d.cfg.Neighbours != nil {
@@ -245,8 +248,8 @@ func (d *Detector) probe(ctx context.Context) {
 	if !ok {
 		return
 	}
-	// late is how long after a deadline of this probe this node saw it
-	// pass, at most.
+	// late is how long after the direct ping's deadline this node saw it
+	// pass.
 	var late time.Duration
 	err := d.reach(ctx, target, interval)
 	if err == nil {
@@ -256,8 +259,8 @@ func (d *Detector) probe(ctx context.Context) {
 		sent := d.now()
 		ack, err = d.tr.Ping(pctx, target, d.message(target))
 		rtt := d.now().Sub(sent)
+		late = lag() // before cancel: an ended ping costs no watcher
 		cancel()
-		late = lag()
 		if err == nil || errors.Is(err, ErrBusy) {
 			d.health(ackHealthDelta(rtt, d.cfg.ProbeTimeout, timeout))
 			d.receive(ack)
@@ -295,8 +298,10 @@ func (d *Detector) probe(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	cancel()
-	if late = max(late, lag()); late > timeout/LateShare {
+	if len(vias) > 0 {
+		late = lag()
+	}
+	if late > timeout/LateShare {
 		d.late.Add(1)
 		d.health(1)
 		return
@@ -313,11 +318,12 @@ func (d *Detector) probe(ctx context.Context) {
 const LateShare = 5
 
 // watchLag watches ctx for its deadline. The func it returns, called
-// once ctx is done or no longer needed, is how late after the deadline
+// before ctx is cancelled, is how late after the deadline
 // (by now) this process ran the timer's callback: its own scheduling
 // lag, not how long the transport took to give up (a transport slow to
 // honour a deadline must not hide a dead member). Zero if ctx ended
-// otherwise, or had not ended.
+// otherwise, or had not ended (then the watch is dropped, and nothing
+// runs when ctx is cancelled).
 func watchLag(ctx context.Context, now func() time.Time) func() time.Duration {
 	dl, ok := ctx.Deadline()
 	if !ok {

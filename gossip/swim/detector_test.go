@@ -561,32 +561,55 @@ func (silent) PingReq(ctx context.Context, _, _ string, _ Message) (Message, err
 	return Message{}, ctx.Err()
 }
 
+// pausedPinger answers no probe, and stands for a prober paused while
+// its direct ping was in flight: the clock reads lag past the bubble's
+// time until the helpers are asked (lag stays if helpersToo is set).
+type pausedPinger struct {
+	silent
+	lag        *atomic.Int64
+	helpersToo bool
+}
+
+func (p pausedPinger) PingReq(ctx context.Context, via, target string, m Message) (Message, error) {
+	if !p.helpersToo {
+		p.lag.Store(0)
+	}
+	return p.silent.PingReq(ctx, via, target, m)
+}
+
 // TestLateProbeAccusesNoOne: a probe that nobody answers makes its
-// target suspect, unless this node saw the probe's deadlines pass more
+// target suspect, unless this node saw the verdict's deadline pass more
 // than ProbeTimeout/LateShare late (its clock read that much past the
 // deadline when the timer's callback ran: the process was not running).
 // Then the target stays alive, the probe is counted late, and the node's
-// own health score takes the blame. Just under the share, it accuses.
+// own health score takes the blame. Just under the share, it accuses;
+// and a prober late only for its direct ping accuses too, as the
+// helpers, asked on time, probed the target afresh.
 func TestLateProbeAccusesNoOne(t *testing.T) {
 	timeout := DefaultConfig().ProbeTimeout
+	share := timeout / LateShare
 	for _, tc := range []struct {
-		name    string
-		lag     time.Duration
-		suspect bool
+		name       string
+		lag        time.Duration
+		helpersToo bool
+		suspect    bool
 	}{
-		{"on time", 0, true},
-		{"just under the share", timeout/LateShare - time.Millisecond, true},
-		{"late", timeout/LateShare + time.Millisecond, false},
+		{"on time", 0, true, true},
+		{"just under the share", share - time.Millisecond, true, true},
+		{"late", share + time.Millisecond, true, false},
+		{"late for the ping only", share + time.Millisecond, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d, err := New(Config{Self: "self"}, silent{}, rand.New(rand.NewPCG(1, 2)), nil)
+				var lag atomic.Int64
+				lag.Store(int64(tc.lag))
+				d, err := New(Config{Self: "self"}, pausedPinger{lag: &lag, helpersToo: tc.helpersToo}, rand.New(rand.NewPCG(1, 2)), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				// The bubble's timers fire on time: a clock that reads
 				// lag past them is a process that ran them that late.
-				d.now = func() time.Time { return time.Now().Add(tc.lag) }
+				d.now = func() time.Time { return time.Now().Add(time.Duration(lag.Load())) }
 				for _, m := range []string{"b", "c", "d", "e"} {
 					d.Add(m)
 				}

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/gossip/swim"
 	"github.com/tribeagent/tribe/node/api/metrics"
 	"github.com/tribeagent/tribe/plugins"
 )
@@ -69,6 +70,11 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 	if n.swim.d != nil {
 		st := n.swim.d.Stats()
 		snap.ProbeHealth, snap.ProbesLate = st.Health, st.Late
+		snap.Probes = map[string]int64{"ack": st.Acked, "indirect": st.Indirect, "failed": st.Failed}
+		c := st.Counts
+		snap.Claims = map[string]int64{"alive": c.Applied[swim.Alive], "suspect": c.Applied[swim.Suspect],
+			"dead": c.Applied[swim.Dead], "left": c.Applied[swim.Left], "confirm": c.Confirmations}
+		snap.Refutations = c.Refuted
 	}
 	rules := n.rules()
 	if n.replica.Trust().Open() {

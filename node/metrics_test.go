@@ -38,6 +38,16 @@ func TestRunServesMetricsAndHealth(t *testing.T) {
 	if snap.NodesByLiveness[Alive] != 1 || snap.NodesByAdmission["open"] != 1 || snap.Entries == 0 || snap.ID != n.ID().String() {
 		t.Fatalf("snapshot of a lone node: %+v", snap)
 	}
+	for _, k := range []string{"ack", "indirect", "failed"} {
+		if _, ok := snap.Probes[k]; !ok {
+			t.Fatalf("no probes_total{result=%q} series: %v", k, snap.Probes)
+		}
+	}
+	for _, k := range []string{"alive", "suspect", "dead", "left", "confirm"} {
+		if _, ok := snap.Claims[k]; !ok {
+			t.Fatalf("no claims_total{claim=%q} series: %v", k, snap.Claims)
+		}
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run returned %v", err)

@@ -77,6 +77,9 @@ type Detector struct {
 	wake   chan struct{}
 	rounds atomic.Int64 // gossip rounds run, for tests
 	late   atomic.Int64 // failed probes this node saw end late (see probe)
+	// probe outcomes: answered directly (or busy), answered through a
+	// helper, failed (the target suspected here)
+	acked, indirect, failed atomic.Int64
 	// now is the clock the detector reads: time.Now, but for tests of
 	// its own lag (watchLag).
 	now func() time.Time
@@ -262,6 +265,7 @@ func (d *Detector) probe(ctx context.Context) {
 		late = lag() // before cancel: an ended ping costs no watcher
 		cancel()
 		if err == nil || errors.Is(err, ErrBusy) {
+			d.acked.Add(1)
 			d.health(ackHealthDelta(rtt, d.cfg.ProbeTimeout, timeout))
 			d.receive(ack)
 			return
@@ -288,6 +292,7 @@ func (d *Detector) probe(ctx context.Context) {
 	for range vias {
 		err := <-answered
 		if err == nil {
+			d.indirect.Add(1)
 			d.health(probeHealthDelta(true, len(vias), nacks))
 			return
 		}
@@ -306,6 +311,7 @@ func (d *Detector) probe(ctx context.Context) {
 		d.health(1)
 		return
 	}
+	d.failed.Add(1)
 	d.health(probeHealthDelta(false, len(vias), nacks))
 	now := d.now()
 	d.with(func(m *Members) []Change { return m.ProbeFailed(target, now) })
@@ -581,12 +587,19 @@ type Stats struct {
 	// Late counts the failed probes this node saw end late and so held
 	// against itself, not their target (see probe).
 	Late int64
+	// Acked, Indirect and Failed count the other probes by outcome:
+	// answered by the target (or its busy answer), answered through a
+	// helper, or failed (the target is suspect here).
+	Acked, Indirect, Failed int64
+	// Counts is the claims taken and refuted.
+	Counts Counts
 }
 
 func (d *Detector) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Stats{Members: d.m.Len(), Bad: d.m.Bad(), Health: d.m.Health(), Late: d.late.Load()}
+	return Stats{Members: d.m.Len(), Bad: d.m.Bad(), Health: d.m.Health(), Late: d.late.Load(),
+		Acked: d.acked.Load(), Indirect: d.indirect.Load(), Failed: d.failed.Load(), Counts: d.m.Counts()}
 }
 
 // Leave says this node is leaving to up to GossipNodes × RetransmitMult

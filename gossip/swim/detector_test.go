@@ -622,10 +622,12 @@ func TestLateProbeAccusesNoOne(t *testing.T) {
 				}
 				st := d.Stats()
 				switch {
-				case tc.suspect && (suspects != 1 || st.Late != 0):
-					t.Fatalf("%d suspects, %d late probes; want the target suspect, none late", suspects, st.Late)
-				case !tc.suspect && (suspects != 0 || st.Late != 1 || st.Health != 1):
-					t.Fatalf("%d suspects, %d late probes, health %d; want none suspect, 1 late, health 1", suspects, st.Late, st.Health)
+				case tc.suspect && (suspects != 1 || st.Late != 0 || st.Failed != 1 || st.Counts.Applied[Suspect] != 1):
+					t.Fatalf("%d suspects, %d late probes, %d failed, %d suspicions counted; want the target suspect, none late, 1 failed and counted", suspects, st.Late, st.Failed, st.Counts.Applied[Suspect])
+				case !tc.suspect && (suspects != 0 || st.Late != 1 || st.Health != 1 || st.Failed != 0):
+					t.Fatalf("%d suspects, %d late probes, %d failed, health %d; want none suspect, 1 late, none failed, health 1", suspects, st.Late, st.Failed, st.Health)
+				case st.Acked != 0 || st.Indirect != 0:
+					t.Fatalf("%d probes acked, %d indirect; want none", st.Acked, st.Indirect)
 				}
 			})
 		})
@@ -677,10 +679,39 @@ func TestSlowAcksStretchTheProbeTimeout(t *testing.T) {
 		if want := []int{1, 1, 1, 1, 0, 0}; !slices.Equal(scores, want) {
 			t.Fatalf("health after each probe: %v, want %v", scores, want)
 		}
+		if st := d.Stats(); st.Acked != 6 || st.Indirect+st.Failed+st.Late != 0 {
+			t.Fatalf("probes: %d acked, %d indirect, %d failed, %d late; want 6 acked", st.Acked, st.Indirect, st.Failed, st.Late)
+		}
 		for _, m := range []string{"b", "c", "d", "e"} {
 			if st, _ := d.State(m); st != Alive {
 				t.Fatalf("%s is %v", m, st)
 			}
+		}
+	})
+}
+
+// cutLink answers no ping, but every helper hears the target: the link
+// between the prober and it is cut.
+type cutLink struct{ silent }
+
+func (cutLink) PingReq(context.Context, string, string, Message) (Message, error) {
+	return Message{}, nil
+}
+
+// TestIndirectProbeCounted: a probe answered only through a helper
+// suspects no one and is counted indirect.
+func TestIndirectProbeCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New(Config{Self: "self"}, cutLink{}, rand.New(rand.NewPCG(5, 6)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"b", "c", "d", "e"} {
+			d.Add(m)
+		}
+		d.probe(t.Context())
+		if st := d.Stats(); st.Indirect != 1 || st.Acked+st.Failed+st.Late != 0 || st.Counts.Applied[Suspect] != 0 {
+			t.Fatalf("probes: %d acked, %d indirect, %d failed, %d late, %d suspicions; want 1 indirect", st.Acked, st.Indirect, st.Failed, st.Late, st.Counts.Applied[Suspect])
 		}
 	})
 }

@@ -202,6 +202,18 @@ type Members struct {
 	queue   queue
 	bad     int64 // updates that failed Verify
 	health  int   // Lifeguard's local health score, 0 (healthy) to AwarenessMax−1
+	counts  Counts
+}
+
+// Counts is what the core took and said: the claims that changed what
+// this node believes, by the state they claim (a confirmation of a
+// suspicion held counts apart), and the claims about this node it
+// refuted. In a fleet that is too loaded, suspicions and refutations
+// churn, each a signature checked by every node: these say how fast.
+type Counts struct {
+	Applied       [Left + 1]int64
+	Confirmations int64
+	Refuted       int64
 }
 
 // NewMembers returns the core for cfg.Self, drawing randomness from rng.
@@ -215,6 +227,9 @@ func (m *Members) Len() int { return len(m.members) + 1 }
 
 // Bad is how many updates failed their signature check.
 func (m *Members) Bad() int64 { return m.bad }
+
+// Counts is what the core took and said so far.
+func (m *Members) Counts() Counts { return m.counts }
 
 // Health is the local health score: 0 when this node's probes go as
 // expected, up to AwarenessMax−1 when it keeps missing answers itself.
@@ -409,6 +424,7 @@ func (m *Members) apply(u Update, now time.Time) (Change, bool) {
 			return Change{}, false
 		}
 		m.refute(u)
+		m.counts.Refuted++
 		return Change{}, false
 	}
 	mb := m.members[u.Node]
@@ -448,8 +464,10 @@ func (m *Members) apply(u Update, now time.Time) (Change, bool) {
 	m.queue.push(u)
 	if confirm {
 		mb.susp.from[u.From] = true
+		m.counts.Confirmations++
 		return Change{}, false
 	}
+	m.counts.Applied[u.State]++
 	if mb == nil {
 		mb = &member{}
 		m.insert(u.Node, mb)

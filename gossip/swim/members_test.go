@@ -130,9 +130,15 @@ func TestRefuteOnlyVerifiedClaims(t *testing.T) {
 	if _, inc, _ := m.State("b"); inc >= MaxIncarnation {
 		t.Fatalf("b taken at incarnation %d", inc)
 	}
+	if c := m.Counts(); c != (Counts{}) {
+		t.Fatalf("forged and out-of-bounds claims counted as taken: %+v", c)
+	}
 	m.Apply([]Update{{Node: "a", State: Suspect, Incarnation: 10, From: "b", Sig: []byte("ok")}}, t0)
 	if inc := m.Incarnation(); inc != 11 {
 		t.Fatalf("a verified suspicion of 10 refuted at %d, want 11", inc)
+	}
+	if c := m.Counts(); c.Refuted != 1 || c.Applied != [Left + 1]int64{} {
+		t.Fatalf("counts %+v after one refutation, want Refuted 1 and nothing applied", c)
 	}
 }
 
@@ -249,6 +255,9 @@ func TestConfirmationsStopAtTheExpected(t *testing.T) {
 	m.Apply([]Update{{Node: "b", State: Suspect, From: "f"}, {Node: "b", State: Suspect, From: "g"}}, t0)
 	if checked != 3 || m.Pending() {
 		t.Fatalf("confirmations past the expected: %d checks (want 3), pending %v (want false)", checked, m.Pending())
+	}
+	if c := m.Counts(); c.Applied[Suspect] != 1 || c.Confirmations != 2 || c.Applied[Alive] != 0 || c.Refuted != 0 {
+		t.Fatalf("counts %+v, want 1 suspicion taken and 2 confirmations", c)
 	}
 	if left := suspicionLeft(len(m.members["b"].susp.from)-1, m.members["b"].susp.expects, 0, m.members["b"].susp.lo, m.members["b"].susp.hi); left != m.members["b"].susp.lo {
 		t.Fatalf("timeout left %v with the expected confirmations, want the minimum %v", left, m.members["b"].susp.lo)

@@ -14,6 +14,14 @@ var (
 		"The failure detector's local health score (Lifeguard): 0 while this node's own probes get their answers in time; higher when it misses them (CPU starved, network congested) or they come slowly (a busy fleet), and its probes slow down by that many times plus one.", nil, nil)
 	descProbesLate = prometheus.NewDesc("tribe_swim_probes_late_total",
 		"Failed probes this node saw end late, its own timers run more than a fifth of the probe timeout after their time (the process was not running: CPU starved or stopped), held against its own health score rather than their target.", nil, nil)
+	descProbes = prometheus.NewDesc("tribe_swim_probes_total",
+		"The failure detector's probes by outcome: ack (the target answered, or said it was too busy to), indirect (it answered a helper), failed (no one heard it: it is suspect here). Late ones are tribe_swim_probes_late_total.",
+		[]string{"result"}, nil)
+	descClaims = prometheus.NewDesc("tribe_swim_claims_total",
+		"Failure detector claims that changed what this node believes (each a signature checked), by claim: alive, suspect, dead, left, and confirm (one more accuser of a suspicion held). Suspect, confirm and alive rising together on every node is a fleet too loaded to answer its probes in time.",
+		[]string{"claim"}, nil)
+	descRefuted = prometheus.NewDesc("tribe_swim_refutations_total",
+		"Suspicions or deaths of this node it heard and refuted.", nil, nil)
 	descEntries = prometheus.NewDesc("tribe_state_entries",
 		"Keys of the replicated state held here, tombstones included.", nil, nil)
 	descNodes = prometheus.NewDesc("tribe_nodes",
@@ -74,7 +82,7 @@ type collector struct{ src Source }
 func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descProbesLate, descEntries, descNodes, descAdmission, descRejected,
+	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descProbesLate, descProbes, descClaims, descRefuted, descEntries, descNodes, descAdmission, descRejected,
 		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCommits, descPlugins} {
 		ch <- d
 	}
@@ -92,6 +100,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descPeers, float64(s.Peers))
 	gauge(descHealth, float64(s.ProbeHealth))
 	counter(descProbesLate, s.ProbesLate)
+	for k, v := range s.Probes {
+		counter(descProbes, v, k)
+	}
+	for k, v := range s.Claims {
+		counter(descClaims, v, k)
+	}
+	counter(descRefuted, s.Refutations)
 	gauge(descEntries, float64(s.Entries))
 	for k, v := range s.NodesByLiveness {
 		gauge(descNodes, float64(v), k)

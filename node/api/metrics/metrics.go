@@ -67,6 +67,13 @@ type Snapshot struct {
 	// ProbesLate is the failed probes the failure detector saw end late
 	// and held against this node, not their target.
 	ProbesLate int64
+	// Probes is the failure detector's other probes by outcome (ack,
+	// indirect, failed); Claims the claims that changed its belief, by
+	// claim (alive, suspect, dead, left, confirm); Refutations the
+	// claims about this node it refuted.
+	Probes      map[string]int64
+	Claims      map[string]int64
+	Refutations int64
 	// Entries is the state keys held, tombstones included.
 	Entries int
 	// StoreCommits is the state store's write transactions, each a disk

@@ -112,6 +112,9 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		Sync:             Sync{Pulls: 10, Failed: 1, Rounds: 14, BytesSent: 1000, BytesRecv: 5000, Fetched: 9, Applied: 8, Shared: 6, Relayed: 4, Relinks: 3, JoinRedials: 2},
 		Plugins:          map[string]int{"loaded": 2, "error": 1},
 		CallDialRetries:  13,
+		Probes:           map[string]int64{"ack": 90, "indirect": 4, "failed": 1},
+		Claims:           map[string]int64{"suspect": 7, "confirm": 3, "alive": 8},
+		Refutations:      2,
 	}}
 	m := New(src)
 	h := m.Handler(src, quiet)
@@ -132,6 +135,11 @@ func TestCollectorReadsTheSourceAtScrapeTime(t *testing.T) {
 		{"tribe_peers", nil, 3, dto.MetricType_GAUGE},
 		{"tribe_swim_health", nil, 2, dto.MetricType_GAUGE},
 		{"tribe_swim_probes_late_total", nil, 21, dto.MetricType_COUNTER},
+		{"tribe_swim_probes_total", map[string]string{"result": "ack"}, 90, dto.MetricType_COUNTER},
+		{"tribe_swim_probes_total", map[string]string{"result": "failed"}, 1, dto.MetricType_COUNTER},
+		{"tribe_swim_claims_total", map[string]string{"claim": "confirm"}, 3, dto.MetricType_COUNTER},
+		{"tribe_swim_claims_total", map[string]string{"claim": "alive"}, 8, dto.MetricType_COUNTER},
+		{"tribe_swim_refutations_total", nil, 2, dto.MetricType_COUNTER},
 		{"tribe_state_entries", nil, 42, dto.MetricType_GAUGE},
 		{"tribe_store_commits_total", nil, 17, dto.MetricType_COUNTER},
 		{"tribe_nodes", map[string]string{"liveness": "alive"}, 4, dto.MetricType_GAUGE},

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,4 +80,144 @@ func BenchmarkFanOut200Agents(b *testing.B) {
 	b.ReportMetric(float64(s.Microseconds())/1000, "one_ms")
 	b.ReportMetric(float64(f)/float64(s), "fanout/one"+at)
 	b.ReportMetric(float64(caller.status().Peers), "caller_peers_after")
+}
+
+// BenchmarkSerfQuery200Agents: HashiCorp Serf where BenchmarkFanOut200Agents
+// puts tribe, for the same machine's measure of a fleet that size (run both
+// in one command: -bench '200Agents'). TRIBE_BENCH_AGENTS serf agents on
+// loopback, the first alone and then the rest at once, each joining the
+// first and answering the query echo through an event handler (cat). Given
+// the time the tribe benchmark gives its fleet to form (two minutes and a
+// second per agent past 100), or until the first lists all alive,
+// reported: the load average then, each agent's CPU over the next 30 s
+// (ms/s), what ten agents spread over the fleet list alive (the fewest
+// and the median), and `serf query echo` to every node: the responses it
+// got in 2 minutes. Nothing here fails for a fleet that did not form: it
+// is a measure, not a test.
+func BenchmarkSerfQuery200Agents(b *testing.B) {
+	n, err := strconv.Atoi(os.Getenv("TRIBE_BENCH_AGENTS"))
+	if err != nil || n < 2 {
+		b.Skip("set TRIBE_BENCH_AGENTS=200 (agent processes; more than a 2-core machine holds)")
+	}
+	serf, err := serfBin()
+	if err != nil {
+		b.Skipf("no serf to measure: %v", err)
+	}
+	fleet, started := startSerf(b, serf, n, func(int) []string { return []string{"-event-handler", "query:echo=cat"} })
+	defer fleet.kill()
+	alive := func(i int) int {
+		out, err := exec.Command(serf, "members", "-rpc-addr", fleet.rpc[i], "-status", "alive", "-format", "json").Output()
+		var m struct{ Members []json.RawMessage }
+		if err != nil || json.Unmarshal(out, &m) != nil {
+			return 0
+		}
+		return len(m.Members)
+	}
+	deadline := started.Add(2*time.Minute + time.Duration(max(0, n-100))*time.Second)
+	for time.Now().Before(deadline) && alive(0) != n {
+		time.Sleep(time.Second)
+	}
+	b.Logf("%v after the last started, the first lists %d of %d alive", time.Since(started).Round(time.Second), alive(0), n)
+	b.ResetTimer()
+	for range b.N {
+		load := loadAverage(b)
+		cpu0 := fleet.cpuMs()
+		time.Sleep(30 * time.Second)
+		cpu := perAgentDelta(cpu0, fleet.cpuMs()) / 30
+		var seen []int
+		for i := 0; i < n; i += max(1, n/10) {
+			seen = append(seen, alive(i))
+		}
+		slices.Sort(seen)
+		answers, took := serfAnswers(b, serf, fleet.rpc[0], n)
+		at := "@" + strconv.Itoa(n)
+		b.ReportMetric(load, "load1")
+		b.ReportMetric(cpu, "cpu_ms/s/agent")
+		b.ReportMetric(float64(seen[0]), "alive_fewest"+at)
+		b.ReportMetric(float64(seen[len(seen)/2]), "alive_median"+at)
+		b.ReportMetric(float64(answers), "query_answers"+at)
+		b.ReportMetric(float64(took.Milliseconds()), "query_last_ms")
+		ended := 0
+		for i := range fleet.ended {
+			select {
+			case <-fleet.ended[i]:
+				if ended++; ended == 1 {
+					b.Logf("serf agent s%d ended, its output's end:\n%s", i, logTail(fleet.logs[i].String(), 15))
+				}
+			default:
+			}
+		}
+		b.ReportMetric(float64(ended), "agents_ended")
+	}
+}
+
+// cpuMs is the CPU each agent still running has used so far, in ms, by
+// process ID.
+func (f *serfFleet) cpuMs() map[int]float64 {
+	ms := map[int]float64{}
+	for _, p := range f.procs {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
+		if err != nil {
+			continue // ended
+		}
+		s := string(raw)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		utime, _ := strconv.ParseFloat(f[11], 64)
+		stime, _ := strconv.ParseFloat(f[12], 64)
+		ms[p.Process.Pid] = (utime + stime) * 10 // clock ticks of 10 ms
+	}
+	return ms
+}
+
+// perAgentDelta is the mean CPU used between two cpuMs readings by the
+// agents that ran at both.
+func perAgentDelta(before, after map[int]float64) float64 {
+	var sum float64
+	n := 0
+	for pid, a := range after {
+		if b, ok := before[pid]; ok {
+			sum, n = sum+a-b, n+1
+		}
+	}
+	return sum / float64(max(n, 1))
+}
+
+// serfAnswers runs `serf query echo` to every node through the agent at
+// rpc, with a 2-minute timeout, and returns how many nodes responded (it
+// stops at want) and when the last of them did.
+func serfAnswers(b *testing.B, serf, rpc string, want int) (int, time.Duration) {
+	cmd := exec.Command(serf, "query", "-rpc-addr", rpc, "-timeout", "2m", "echo", "ping")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	got, last := 0, time.Duration(0)
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "Response from") {
+			if got, last = got+1, time.Since(t0); got == want {
+				cmd.Process.Kill()
+				break
+			}
+		}
+	}
+	cmd.Wait()
+	return got, last
+}
+
+// loadAverage is the machine's load average over the last minute.
+func loadAverage(b *testing.B) float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, err := strconv.ParseFloat(strings.Fields(string(raw))[0], 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
 }

@@ -153,6 +153,17 @@ const settle = 250 * time.Millisecond
 // untilResponses runs the serf CLI with args and returns the time from its
 // start until it has printed want "Response from" lines; then it is ended.
 func untilResponses(b *testing.B, want int, serf string, args ...string) time.Duration {
+	got, took, out := serfResponses(b, want, serf, args...)
+	if got < want {
+		b.Fatalf("serf %v: %d of %d responses:\n%s", args, got, want, strings.Join(out, "\n"))
+	}
+	return took
+}
+
+// serfResponses runs the serf CLI with args until it has printed want
+// "Response from" lines (then it is ended) or it exits, and returns how
+// many it printed, the time from its start to the last, and its output.
+func serfResponses(b *testing.B, want int, serf string, args ...string) (got int, last time.Duration, out []string) {
 	cmd := exec.Command(serf, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -167,18 +178,15 @@ func untilResponses(b *testing.B, want int, serf string, args ...string) time.Du
 		cmd.Wait()
 	}()
 	sc := bufio.NewScanner(stdout)
-	got := 0
-	var lines []string
 	for sc.Scan() {
-		lines = append(lines, sc.Text())
+		out = append(out, sc.Text())
 		if strings.HasPrefix(sc.Text(), "Response from") {
-			if got++; got == want {
-				return time.Since(t0)
+			if got, last = got+1, time.Since(t0); got == want {
+				break
 			}
 		}
 	}
-	b.Fatalf("serf %v: %d of %d responses:\n%s", args, got, want, strings.Join(lines, "\n"))
-	return 0
+	return got, last, out
 }
 
 // median is the middle of ds (sorted in place).

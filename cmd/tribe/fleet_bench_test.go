@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -129,7 +128,7 @@ func BenchmarkSerfQuery200Agents(b *testing.B) {
 			seen = append(seen, alive(i))
 		}
 		slices.Sort(seen)
-		answers, took := serfAnswers(b, serf, fleet.rpc[0], n)
+		answers, took, _ := serfResponses(b, n, serf, "query", "-rpc-addr", fleet.rpc[0], "-timeout", "2m", "echo", "ping")
 		at := "@" + strconv.Itoa(n)
 		b.ReportMetric(load, "load1")
 		b.ReportMetric(cpu, "cpu_ms/s/agent")
@@ -180,33 +179,6 @@ func perAgentDelta(before, after map[int]float64) float64 {
 		}
 	}
 	return sum / float64(max(n, 1))
-}
-
-// serfAnswers runs `serf query echo` to every node through the agent at
-// rpc, with a 2-minute timeout, and returns how many nodes responded (it
-// stops at want) and when the last of them did.
-func serfAnswers(b *testing.B, serf, rpc string, want int) (int, time.Duration) {
-	cmd := exec.Command(serf, "query", "-rpc-addr", rpc, "-timeout", "2m", "echo", "ping")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	got, last := 0, time.Duration(0)
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "Response from") {
-			if got, last = got+1, time.Since(t0); got == want {
-				cmd.Process.Kill()
-				break
-			}
-		}
-	}
-	cmd.Wait()
-	return got, last
 }
 
 // loadAverage is the machine's load average over the last minute.

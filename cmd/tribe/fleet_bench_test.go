@@ -155,15 +155,9 @@ func BenchmarkSerfQuery200Agents(b *testing.B) {
 func (f *serfFleet) cpuMs() map[int]float64 {
 	ms := map[int]float64{}
 	for _, p := range f.procs {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Process.Pid))
-		if err != nil {
-			continue // ended
+		if v, err := readCPUms(p.Process.Pid); err == nil { // else it ended
+			ms[p.Process.Pid] = v
 		}
-		s := string(raw)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		utime, _ := strconv.ParseFloat(f[11], 64)
-		stime, _ := strconv.ParseFloat(f[12], 64)
-		ms[p.Process.Pid] = (utime + stime) * 10 // clock ticks of 10 ms
 	}
 	return ms
 }

@@ -344,13 +344,22 @@ func fleetCPUms(b *testing.B, pids []int) float64 {
 
 // procCPUms is a process's user and system CPU so far, in ms.
 func procCPUms(b *testing.B, pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ms, err := readCPUms(pid)
 	if err != nil {
 		b.Fatal(err)
+	}
+	return ms
+}
+
+// readCPUms is a process's user and system CPU so far, in ms, from /proc.
+func readCPUms(pid int) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
 	s := string(raw)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) * 10 // clock ticks of 10 ms
+	return (utime + stime) * 10, nil // clock ticks of 10 ms
 }

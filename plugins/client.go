@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/tribeagent/tribe/internal/backoff"
 )
@@ -151,39 +152,45 @@ func (c *Caller) Call(ctx context.Context, p peer.ID, req Request) Response {
 		}
 		// The callee had closed the stream, unread: a new one.
 	}
-	st, err := c.newStream(ctx, p)
+	st, err := c.newStream(ctx, p, ProtocolID)
 	if err != nil {
-		if r, ok := ctxFailure(ctx, req.ID); ok {
-			return r
-		}
-		if errors.Is(err, network.ErrResourceLimitExceeded) {
-			// Ours or the callee's: the error names the scope and the
-			// resource (README, "Connection and stream limits").
-			return Response{ID: req.ID, Code: CodeBusy, Error: "a connection or stream limit is reached, try again or call fewer nodes at once: " + err.Error()}
-		}
-		// A dial that timed out (a connect or handshake not done by the
-		// swarm's deadline, 5 s on a LAN: the callee or this node too busy
-		// to finish it) may be made again: FanOut does, while the call's
-		// context lasts.
-		return Response{ID: req.ID, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error(), dialTimedOut: dialTimedOut(err)}
+		return openFailure(ctx, req.ID, err)
 	}
 	resp, _ := c.callOn(ctx, &callStream{st: st, br: bufio.NewReader(st), peer: p}, req, b, false)
 	return resp
 }
 
-// newStream opens a call stream to p. A dial (no connection to p yet)
-// waits for room in the caller's dial window, and reports back whether it
-// timed out.
-func (c *Caller) newStream(ctx context.Context, p peer.ID) (network.Stream, error) {
+// newStream opens a stream of proto (a call's or an order's) to p. A dial
+// (no connection to p yet) waits for room in the caller's dial window, and
+// reports back whether it timed out.
+func (c *Caller) newStream(ctx context.Context, p peer.ID, proto protocol.ID) (network.Stream, error) {
 	if c.host.Network().Connectedness(p) == network.Connected {
-		return c.host.NewStream(ctx, p, ProtocolID)
+		return c.host.NewStream(ctx, p, proto)
 	}
 	if err := c.dials.acquire(ctx); err != nil {
 		return nil, err
 	}
-	st, err := c.host.NewStream(ctx, p, ProtocolID)
+	st, err := c.host.NewStream(ctx, p, proto)
 	c.dials.release(err != nil && ctx.Err() == nil && dialTimedOut(err))
 	return st, err
+}
+
+// openFailure is the response for a call (or an order) whose stream did
+// not open.
+func openFailure(ctx context.Context, id string, err error) Response {
+	if r, ok := ctxFailure(ctx, id); ok {
+		return r
+	}
+	if errors.Is(err, network.ErrResourceLimitExceeded) {
+		// Ours or the callee's: the error names the scope and the
+		// resource (README, "Connection and stream limits").
+		return Response{ID: id, Code: CodeBusy, Error: "a connection or stream limit is reached, try again or call fewer nodes at once: " + err.Error()}
+	}
+	// A dial that timed out (a connect or handshake not done by the
+	// swarm's deadline, 5 s on a LAN: the callee or this node too busy
+	// to finish it) may be made again: FanOut does, while the call's
+	// context lasts.
+	return Response{ID: id, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error(), dialTimedOut: dialTimedOut(err)}
 }
 
 // dialTimedOut reports a dial error from a deadline inside the dial (an

@@ -1,0 +1,321 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+)
+
+// relayNode is a real host on loopback serving calls (echo, and count,
+// which counts its runs) and RelayProtocol.
+type relayNode struct {
+	host   host.Host
+	server *Server
+	relay  *Relay
+	auth   *tableAuth
+	runs   *atomic.Int64
+	caller *Caller
+}
+
+// counter is a plugin that counts its runs.
+type counter struct{ runs *atomic.Int64 }
+
+func (counter) Name() string      { return "count" }
+func (counter) Version() string   { return "1" }
+func (counter) Kind() Kind        { return Action }
+func (counter) Methods() []string { return []string{"run"} }
+func (c counter) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	return json.Marshal(c.runs.Add(1))
+}
+
+// newRelayNode serves echo and count to the callers allowed, and relays
+// the orders of those counts says count (nil: everyone's).
+func newRelayNode(t *testing.T, counts func(peer.ID) bool, allowed ...peer.ID) *relayNode {
+	t.Helper()
+	n := &relayNode{host: newHost(t), runs: new(atomic.Int64)}
+	reg := Builtins(Env{})
+	reg.Register("count", func(map[string]string) (Plugin, error) { return counter{n.runs}, nil })
+	echo, err := reg.Load("echo", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, err := reg.Load("count", "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.auth = &tableAuth{allowed: map[peer.ID]bool{}, instances: map[string]*Instance{"echo": echo, "count": count}}
+	for _, p := range allowed {
+		n.auth.allowed[p] = true
+	}
+	n.server = NewServer(n.host, n.auth, slog.New(slog.DiscardHandler))
+	n.server.Start()
+	n.relay = NewRelay(RelayDeps{Host: n.host, Server: n.server, Key: n.host.Peerstore().PrivKey(n.host.ID()), Counts: counts})
+	n.relay.Start()
+	n.caller = NewCaller(n.host, 8)
+	t.Cleanup(func() { n.relay.Close(); n.server.Close(); n.caller.Close() })
+	return n
+}
+
+func (n *relayNode) allow(p peer.ID) {
+	n.auth.mu.Lock()
+	n.auth.allowed[p] = true
+	n.auth.mu.Unlock()
+}
+
+func (n *relayNode) key() crypto.PrivKey { return n.host.Peerstore().PrivKey(n.host.ID()) }
+
+// knows makes b dialable from a.
+func knows(a, b *relayNode) {
+	a.host.Peerstore().AddAddrs(b.host.ID(), b.host.Addrs(), peerstore.TempAddrTTL)
+}
+
+func connect(t *testing.T, a, b *relayNode) {
+	t.Helper()
+	if err := a.host.Connect(context.Background(), peer.AddrInfo{ID: b.host.ID(), Addrs: b.host.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func order(id, plugin, method string, ttl time.Duration, targets ...*relayNode) *Order {
+	o := &Order{ID: id, Plugin: plugin, Method: method, Args: json.RawMessage(`{"ping":1}`), Deadline: time.Now().Add(ttl).UnixMilli()}
+	for _, t := range targets {
+		o.Targets = append(o.Targets, OrderTarget{Node: t.host.ID(), Tribe: "t"})
+	}
+	return o
+}
+
+func seal(t *testing.T, o *Order, key crypto.PrivKey) []byte {
+	t.Helper()
+	b, err := SealOrder(o, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// relayAll hands o to via and gathers every outcome by node.
+func relayAll(c *relayNode, via *relayNode, o *Order, sealed []byte) map[peer.ID]RelayOutcome {
+	got := map[peer.ID]RelayOutcome{}
+	var mu sync.Mutex
+	c.caller.Relay(context.Background(), via.host.ID(), o, sealed, func(oc RelayOutcome) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, twice := got[oc.Node]; twice {
+			panic("an outcome twice for " + oc.Node.String())
+		}
+		got[oc.Node] = oc
+	})
+	return got
+}
+
+// A caller connected to one relay reaches targets it holds no connection
+// to, through it, the relay itself included; each answer is the target's,
+// and the caller never connects to the targets.
+func TestRelayReachesTargetsThroughARelay(t *testing.T) {
+	c := newRelayNode(t, nil)
+	r := newRelayNode(t, nil, c.host.ID())
+	var targets []*relayNode
+	for range 3 {
+		n := newRelayNode(t, nil, c.host.ID())
+		knows(r, n)
+		targets = append(targets, n)
+	}
+	connect(t, c, r)
+	o := order("o1", "echo", "echo", 10*time.Second, append(targets, r)...)
+	got := relayAll(c, r, o, seal(t, o, c.key()))
+	if len(got) != 4 {
+		t.Fatalf("%d outcomes for 4 targets", len(got))
+	}
+	for _, n := range append(targets, r) {
+		oc := got[n.host.ID()]
+		if !oc.Response.OK || string(oc.Response.Result) != `{"ping":1}` || oc.Again || oc.Response.ID != "o1" {
+			t.Fatalf("%s: %+v", n.host.ID(), oc)
+		}
+		if n != r && c.host.Network().Connectedness(n.host.ID()) == network.Connected {
+			t.Fatalf("the caller connected to the target %s", n.host.ID())
+		}
+	}
+}
+
+// An order runs once on a target, however often it is handed over
+// (replayed by a relay, or sent again directly after a relay lost its
+// answer): the second time is refused with a clear error, counted.
+func TestOrderRunsOnce(t *testing.T) {
+	c := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	connect(t, c, n)
+	o := order("once", "count", "run", 10*time.Second, n)
+	sealed := seal(t, o, c.key())
+	first := c.caller.Order(context.Background(), n.host.ID(), o, sealed)
+	if !first.OK || string(first.Result) != "1" {
+		t.Fatalf("first: %+v", first)
+	}
+	again := c.caller.Order(context.Background(), n.host.ID(), o, sealed)
+	if again.OK || again.Code != CodeBadRequest || !strings.Contains(again.Error, "already took this order") {
+		t.Fatalf("again: %+v", again)
+	}
+	// Through a relay as well.
+	r := newRelayNode(t, nil)
+	knows(r, n)
+	connect(t, c, r)
+	oc := relayAll(c, r, o, sealed)[n.host.ID()]
+	if oc.Response.OK || !strings.Contains(oc.Response.Error, "already took this order") {
+		t.Fatalf("through a relay: %+v", oc)
+	}
+	if runs := n.runs.Load(); runs != 1 {
+		t.Fatalf("the order ran %d times", runs)
+	}
+	if n.server.Refused()[CodeBadRequest] != 2 {
+		t.Fatalf("refusals counted: %v", n.server.Refused())
+	}
+}
+
+// Orders that do not carry the caller's authority are refused, counted,
+// and run nothing: a caller the target does not allow, a target the order
+// does not list, a deadline past, a tampered envelope; a relay passes on
+// nothing for a caller that does not count there.
+func TestOrdersWithoutAuthorityRunNothing(t *testing.T) {
+	c := newRelayNode(t, nil)
+	stranger := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	other := newRelayNode(t, nil, c.host.ID())
+	connect(t, c, n)
+	connect(t, stranger, n)
+	ctx := context.Background()
+
+	o := order("s1", "count", "run", 10*time.Second, n)
+	if r := stranger.caller.Order(ctx, n.host.ID(), o, seal(t, o, stranger.key())); r.Code != CodeUnauthorized {
+		t.Fatalf("a caller not allowed: %+v", r)
+	}
+	o = order("s2", "count", "run", 10*time.Second, other)
+	if r := c.caller.Order(ctx, n.host.ID(), o, seal(t, o, c.key())); r.Code != CodeUnauthorized || !strings.Contains(r.Error, "not a target") {
+		t.Fatalf("an order for another node: %+v", r)
+	}
+	o = order("s3", "count", "run", -time.Second, n)
+	if r := c.caller.Order(ctx, n.host.ID(), o, seal(t, o, c.key())); r.Code != CodeTimeout || !strings.Contains(r.Error, "deadline passed") {
+		t.Fatalf("an order past its deadline: %+v", r)
+	}
+	o = order("s4", "count", "run", 10*time.Second, n)
+	tampered := seal(t, o, c.key())
+	i := strings.Index(string(tampered), `"count"`)
+	tampered[i+1] = 'k' // "kount": the signature no longer holds
+	if r := c.caller.Order(ctx, n.host.ID(), o, tampered); r.Code != CodeGone {
+		t.Fatalf("a tampered order: %+v", r)
+	}
+	// A relay that counts only c passes on nothing for the stranger: the
+	// stranger hears that it may try the targets itself.
+	r := newRelayNode(t, func(p peer.ID) bool { return p == c.host.ID() })
+	knows(r, n)
+	connect(t, stranger, r)
+	o = order("s5", "count", "run", 10*time.Second, n)
+	oc := relayAll(stranger, r, o, seal(t, o, stranger.key()))[n.host.ID()]
+	if !oc.Again || oc.Response.OK {
+		t.Fatalf("relayed for a stranger: %+v", oc)
+	}
+	if runs := n.runs.Load(); runs != 0 {
+		t.Fatalf("ran %d times", runs)
+	}
+	if got := n.server.Refused(); got[CodeUnauthorized] != 2 || got[CodeTimeout] != 1 || got[CodeBadRequest] != 1 {
+		t.Fatalf("refusals counted: %v", got)
+	}
+	if got := r.server.Refused(); got[CodeUnauthorized] != 1 {
+		t.Fatalf("the relay's refusals: %v", got)
+	}
+}
+
+// A relay that cannot reach a target says so, and the caller may send the
+// order to it directly; the order then runs there once.
+func TestRelayNotesATargetItCannotReach(t *testing.T) {
+	c := newRelayNode(t, nil)
+	r := newRelayNode(t, nil, c.host.ID())
+	far := newRelayNode(t, nil, c.host.ID()) // r knows no address of it
+	connect(t, c, r)
+	o := order("far", "count", "run", 10*time.Second, far)
+	sealed := seal(t, o, c.key())
+	oc := relayAll(c, r, o, sealed)[far.host.ID()]
+	if !oc.Again || oc.Response.Code != CodeUnreachable || !strings.Contains(oc.Response.Error, "relayed by") {
+		t.Fatalf("a target the relay cannot reach: %+v", oc)
+	}
+	knows(c, far)
+	if resp := c.caller.Order(context.Background(), far.host.ID(), o, sealed); !resp.OK || string(resp.Result) != "1" {
+		t.Fatalf("sent directly after: %+v", resp)
+	}
+}
+
+// A relay that makes up answers (signed by itself, or for another order)
+// is caught: the caller takes none of them, and hears the targets it has
+// no answer for as to be tried again.
+func TestForgedAnswersAreCaught(t *testing.T) {
+	c := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	for name, forge := range map[string]func(liar *relayNode, o *Order) []byte{
+		"signed by the relay": func(liar *relayNode, o *Order) []byte {
+			b, _ := sealAnswerFrame(&Answer{Order: o.ID, Caller: c.host.ID(), Response: Response{ID: o.ID, OK: true}}, liar.key())
+			return b
+		},
+		"for another order": func(_ *relayNode, o *Order) []byte {
+			b, _ := sealAnswerFrame(&Answer{Order: "other", Caller: c.host.ID(), Response: Response{ID: "other", OK: true}}, n.key())
+			return b
+		},
+		"a note on a node not listed": func(liar *relayNode, o *Order) []byte {
+			return noteFrame(Note{Node: liar.host.ID(), Code: CodeGone, Error: "x"})
+		},
+	} {
+		liar := newRelayNode(t, nil)
+		liar.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
+			defer st.Close()
+			writeFrame(st, forge(liar, order("x", "echo", "echo", time.Minute, n)))
+		})
+		connect(t, c, liar)
+		o := order("x", "echo", "echo", 10*time.Second, n)
+		oc := relayAll(c, liar, o, seal(t, o, c.key()))[n.host.ID()]
+		if oc.Response.OK || !oc.Again || !strings.Contains(oc.Response.Error, "broke the protocol") {
+			t.Fatalf("%s: %+v", name, oc)
+		}
+	}
+}
+
+// An order's codec refuses what is not one.
+func TestOrderCheck(t *testing.T) {
+	c := newRelayNode(t, nil)
+	n := newRelayNode(t, nil)
+	good := func() *Order { return order("id", "echo", "echo", time.Minute, n) }
+	for name, change := range map[string]func(*Order){
+		"no id":           func(o *Order) { o.ID = "" },
+		"no deadline":     func(o *Order) { o.Deadline = 0 },
+		"no targets":      func(o *Order) { o.Targets = nil },
+		"a target twice":  func(o *Order) { o.Targets = append(o.Targets, o.Targets[0]) },
+		"bad plugin name": func(o *Order) { o.Plugin = "../x" },
+		"too many targets": func(o *Order) {
+			for range MaxOrderTargets {
+				o.Targets = append(o.Targets, OrderTarget{Node: c.host.ID()})
+			}
+		},
+	} {
+		o := good()
+		change(o)
+		if _, err := SealOrder(o, c.key()); err == nil {
+			t.Errorf("%s: sealed", name)
+		}
+	}
+	o, caller, err := OpenOrder(seal(t, good(), c.key()))
+	if err != nil || caller != c.host.ID() || o.Targets[0].Node != n.host.ID() {
+		t.Fatalf("open: %v %s %+v", err, caller, o)
+	}
+	// An answer is not an order, though both are signed envelopes.
+	a, _ := SealAnswer(&Answer{Order: "id", Caller: c.host.ID(), Response: Response{ID: "id", OK: true}}, c.key())
+	if _, _, err := OpenOrder(a); err == nil {
+		t.Fatal("an answer opened as an order")
+	}
+}

@@ -1,0 +1,361 @@
+package plugins
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/tribeagent/tribe/internal/slots"
+)
+
+// RelayDeps are what a Relay needs.
+type RelayDeps struct {
+	Host   host.Host
+	Server *Server        // runs the orders meant for this node
+	Key    crypto.PrivKey // this node's: signs its answers
+	Log    *slog.Logger   // nil: nothing logged
+	// Counts says whose orders this node relays (trusted or admitted
+	// callers; nil: everyone's). Called from many goroutines: it must be
+	// safe for concurrent use and must not block.
+	Counts func(peer.ID) bool
+	// Reach makes a target dialable before the relay opens a stream to it
+	// (the node adds its recorded addresses). Nil: nothing to do. Same
+	// rules as Counts.
+	Reach func(peer.ID)
+}
+
+// Relay is both ends of RelayProtocol on a node: it runs the orders meant
+// for this node, and passes orders on to the other targets they name.
+type Relay struct {
+	d      RelayDeps
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu  sync.Mutex
+	ran map[string]int64 // orders taken ("caller/id", "r/caller/id" for relaying): their deadlines
+	// relaying bounds the orders relayed at once, in all and per caller.
+	relaying *slots.Slots
+}
+
+// Bounds of a relay: the orders it passes on at once, in all and per
+// caller; the calls each of them makes at once; the orders it remembers
+// (each until its deadline, at most MaxTimeout away), past which it
+// refuses new ones as busy.
+const (
+	relayOrders        = 32
+	relayOrdersPerPeer = 4
+	relayParallel      = 32
+	maxRemembered      = 1 << 16
+)
+
+// NewRelay makes a relay; Start registers it on the host.
+func NewRelay(d RelayDeps) *Relay {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Relay{d: d, ctx: ctx, cancel: cancel, ran: map[string]int64{},
+		relaying: slots.New(relayOrders, relayOrdersPerPeer)}
+}
+
+// Start serves RelayProtocol.
+func (r *Relay) Start() { r.d.Host.SetStreamHandler(RelayProtocol, r.handle) }
+
+// Close stops serving and ends the orders in flight.
+func (r *Relay) Close() error {
+	r.d.Host.RemoveStreamHandler(RelayProtocol)
+	r.cancel()
+	r.wg.Wait()
+	return nil
+}
+
+// handle serves one stream: one order, in either mode.
+func (r *Relay) handle(st network.Stream) {
+	r.wg.Add(1)
+	defer r.wg.Done()
+	from := st.Conn().RemotePeer()
+	st.SetReadDeadline(time.Now().Add(readTimeout))
+	b, held, err := readFrame(bufio.NewReader(st), maxOrderSize, st.Scope())
+	if err != nil {
+		r.refuse(st, from, codeOfFrameError(err), err)
+		return
+	}
+	mode, body, err := splitFrame(b)
+	st.Scope().ReleaseMemory(held)
+	var (
+		o      *Order
+		caller peer.ID
+	)
+	if err == nil {
+		o, caller, err = OpenOrder(body)
+	}
+	if err != nil {
+		r.refuse(st, from, CodeBadRequest, err)
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	switch mode {
+	case ModeServe:
+		r.serve(st, o, caller, body)
+	case ModeRelay:
+		r.relay(st, o, caller, body)
+	default:
+		r.refuse(st, from, CodeBadRequest, fmt.Errorf("plugins: relay mode %q", mode))
+	}
+}
+
+// codeOfFrameError classifies a frame that could not be read.
+func codeOfFrameError(err error) Code {
+	switch {
+	case errors.Is(err, ErrFrameTooLarge):
+		return CodeTooLarge
+	case errors.Is(err, ErrFrameNoMemory):
+		return CodeBusy
+	case isTimeout(err):
+		return CodeTimeout
+	}
+	return CodeBadRequest
+}
+
+// refuse counts and resets a stream whose order cannot be answered (it
+// could not be read, or is not to be relayed): the caller hears nothing
+// from this node about it.
+func (r *Relay) refuse(st network.Stream, from peer.ID, code Code, err error) {
+	r.d.Server.count(code)
+	r.d.Log.Debug("relay stream refused", "from", from, "code", code, "err", err)
+	st.Reset()
+}
+
+// checkTime reports what is wrong with the order's deadline at now: past,
+// or further than any call may ask for (its memory would be kept as long).
+func checkTime(o *Order, now time.Time) *Error {
+	switch left := o.Until(now); {
+	case left <= 0:
+		return Errorf(CodeTimeout, "the order's deadline passed %v before it arrived", -left.Round(time.Millisecond))
+	case left > MaxTimeout+time.Minute:
+		return Errorf(CodeBadRequest, "the order's deadline is %v away, further than the %v a call may ask for", left.Round(time.Second), MaxTimeout)
+	}
+	return nil
+}
+
+// take remembers key until deadline, and reports whether it was new. An
+// order is taken once: replayed (by a relay, or anyone who saw it), it
+// does not run again.
+func (r *Relay) take(key string, deadline int64, now time.Time) *Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, seen := r.ran[key]; seen {
+		return Errorf(CodeBadRequest, "this node already took this order (an order runs once; its answer went another way)")
+	}
+	if len(r.ran) >= maxRemembered {
+		ms := now.UnixMilli()
+		for k, dl := range r.ran {
+			if dl < ms {
+				delete(r.ran, k)
+			}
+		}
+		if len(r.ran) >= maxRemembered {
+			return Errorf(CodeBusy, "busy: %d orders in flight here", len(r.ran))
+		}
+	}
+	r.ran[key] = deadline
+	return nil
+}
+
+// serve runs an order for this node and writes its signed answer.
+func (r *Relay) serve(st network.Stream, o *Order, caller peer.ID, _ []byte) {
+	defer st.Close()
+	b := r.answer(o, caller)
+	st.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if writeFrame(st, b) != nil {
+		st.Reset()
+	}
+}
+
+// answer runs o for this node if it may, and returns the signed answer
+// frame, whatever the outcome.
+func (r *Relay) answer(o *Order, caller peer.ID) []byte {
+	self := r.d.Host.ID()
+	now := time.Now()
+	// Refusals made here are counted here; Serve counts its own.
+	refuse := func(e *Error) Response {
+		r.d.Server.count(e.Code)
+		return failure(o.ID, e)
+	}
+	resp := func() Response {
+		t, listed := o.Target(self)
+		if !listed {
+			return refuse(Errorf(CodeUnauthorized, "this node is not a target of the order"))
+		}
+		if err := checkTime(o, now); err != nil {
+			return refuse(err)
+		}
+		if err := r.take(caller.String()+"/"+o.ID, o.Deadline, now); err != nil {
+			return refuse(err)
+		}
+		if !r.d.Server.enter(caller) {
+			return refuse(Errorf(CodeBusy, "busy: %d calls from you are already running or waiting here", MaxCallsPerCaller))
+		}
+		defer r.d.Server.leave(caller)
+		ctx, cancel := context.WithDeadline(r.ctx, time.UnixMilli(o.Deadline))
+		defer cancel()
+		req := o.Request(t)
+		req.Deadline = max(1, o.Until(now).Milliseconds())
+		return r.d.Server.Serve(ctx, caller, req)
+	}()
+	b, err := sealAnswerFrame(&Answer{Order: o.ID, Caller: caller, Response: resp}, r.d.Key)
+	if err != nil {
+		// Only a result that is not JSON fails to encode.
+		b, _ = sealAnswerFrame(&Answer{Order: o.ID, Caller: caller, Response: Response{ID: o.ID, Code: CodeFailed,
+			Duration: resp.Duration, Error: "the plugin returned a result that is not JSON: " + err.Error()}}, r.d.Key)
+	}
+	return b
+}
+
+// sealAnswerFrame is a's FrameAnswer, its result replaced by a too_large
+// error if it would not fit one.
+func sealAnswerFrame(a *Answer, key crypto.PrivKey) ([]byte, error) {
+	if len(a.Response.Result) > MaxResponseSize-1024 {
+		r := a.Response
+		a.Response = Response{ID: r.ID, Code: CodeTooLarge, Duration: r.Duration,
+			Error: "the result is " + byteSize(len(r.Result)) + ", over the " + byteSize(MaxResponseSize) + " a response may carry"}
+	}
+	b, err := SealAnswer(a, key)
+	if err != nil {
+		return nil, err
+	}
+	return relayFrame(FrameAnswer, b), nil
+}
+
+// relay passes an order on to each of its targets (running it here too if
+// this node is one), and writes each outcome back as it comes: the
+// target's signed answer as it was, or a note.
+func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte) {
+	now := time.Now()
+	switch {
+	case r.d.Counts != nil && !r.d.Counts(caller):
+		r.refuse(st, caller, CodeUnauthorized, errors.New("plugins: the order's caller does not count here"))
+		return
+	case checkTime(o, now) != nil:
+		r.refuse(st, caller, CodeBadRequest, checkTime(o, now))
+		return
+	}
+	if err := r.take("r/"+caller.String()+"/"+o.ID, o.Deadline, now); err != nil {
+		r.refuse(st, caller, err.Code, err)
+		return
+	}
+	if !r.relaying.Acquire(caller) {
+		r.refuse(st, caller, CodeBusy, errors.New("plugins: too many orders relayed at once"))
+		return
+	}
+	defer r.relaying.Release(caller)
+	ctx, cancel := context.WithDeadline(r.ctx, time.UnixMilli(o.Deadline))
+	defer cancel()
+	// The caller going away (a reset) ends the order's calls; it sends
+	// nothing more, and may close its side.
+	go func() {
+		var one [1]byte
+		if _, err := st.Read(one[:]); err != io.EOF {
+			cancel()
+		}
+	}()
+	var (
+		wmu    sync.Mutex
+		broken bool
+		wg     sync.WaitGroup
+	)
+	send := func(b []byte) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		if broken {
+			return
+		}
+		st.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if writeFrame(st, b) != nil {
+			broken = true
+			cancel()
+		}
+	}
+	frame := relayFrame(ModeServe, sealed)
+	sem := make(chan struct{}, relayParallel)
+	for _, t := range o.Targets {
+		if t.Node == r.d.Host.ID() {
+			wg.Go(func() { send(r.answer(o, caller)) })
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			send(noteFrame(Note{Node: t.Node, Code: CodeTimeout, Error: "the relay's deadline passed before it called the node"}))
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			send(r.forward(ctx, t.Node, frame))
+		})
+	}
+	wg.Wait()
+	wmu.Lock()
+	defer wmu.Unlock()
+	if broken {
+		st.Reset()
+		return
+	}
+	st.Close()
+}
+
+// forward hands the order (its ModeServe frame) to node and returns what
+// to pass back: the node's answer frame unread (the caller checks it), or
+// a note.
+func (r *Relay) forward(ctx context.Context, node peer.ID, frame []byte) []byte {
+	if r.d.Reach != nil {
+		r.d.Reach(node)
+	}
+	relayed := "relayed by " + r.d.Host.ID().String() + ": "
+	st, err := r.d.Host.NewStream(ctx, node, RelayProtocol)
+	if err != nil {
+		return noteFrame(Note{Node: node, Code: CodeUnreachable, Error: relayed + "cannot reach the node: " + err.Error()})
+	}
+	stop := context.AfterFunc(ctx, func() { st.Reset() })
+	defer stop()
+	st.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := writeFrame(st, frame); err != nil {
+		st.Reset()
+		return noteFrame(Note{Node: node, Code: CodeUnreachable, Error: relayed + "sending the order: " + err.Error()})
+	}
+	st.CloseWrite()
+	b, held, err := readFrame(bufio.NewReader(st), maxAnswerSize, st.Scope())
+	if err != nil {
+		st.Reset()
+		if ctx.Err() != nil {
+			return noteFrame(Note{Node: node, Delivered: true, Code: CodeTimeout, Error: relayed + "no answer before the deadline"})
+		}
+		return noteFrame(Note{Node: node, Delivered: true, Code: CodeGone, Error: relayed + "the node went away mid-call: " + err.Error()})
+	}
+	defer st.Scope().ReleaseMemory(held)
+	st.Close()
+	if len(b) == 0 || b[0] != FrameAnswer {
+		return noteFrame(Note{Node: node, Delivered: true, Code: CodeBadResponse, Error: relayed + "the node answered with something else than an answer"})
+	}
+	return b
+}
+
+// noteFrame is n's FrameNote.
+func noteFrame(n Note) []byte {
+	b, _ := json.Marshal(n)
+	return relayFrame(FrameNote, b)
+}

@@ -63,6 +63,9 @@ FUZZ_TARGETS := \
 	./plugins:FuzzDecodeRequest \
 	./plugins:FuzzDecodeResponse \
 	./plugins:FuzzReadFrame \
+	./plugins:FuzzOpenOrder \
+	./plugins:FuzzOpenAnswer \
+	./plugins:FuzzRelayedFrame \
 	./plugins/tasks:FuzzDecodeManifest \
 	./plugins/jobs:FuzzDecode \
 	./plugins/jobs:FuzzDecodeAck \

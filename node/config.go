@@ -129,6 +129,10 @@ type Config struct {
 	FileMaxBytes int64
 	// CallParallel bounds how many calls one `tribe call` has in flight.
 	CallParallel int
+	// CallRelayFrom: a fan-out with at least this many targets the node
+	// holds no connection to hands them to the connected targets to call
+	// (relay.go); 0 calls every target directly.
+	CallRelayFrom int
 	// JobQueue is how many jobs may wait in one tribe's queue on this
 	// node; past that the oldest is dropped, and its ack says so.
 	JobQueue int
@@ -188,6 +192,7 @@ func DefaultConfig() Config {
 		LeaveTimeout:      3 * time.Second,
 		FactsInterval:     5 * time.Minute,
 		CallParallel:      64,
+		CallRelayFrom:     16,
 		JobQueue:          jobs.DefaultQueue,
 		JobRetention:      jobs.DefaultRetention,
 		Procs:             DefaultProcs,
@@ -288,6 +293,9 @@ func (c Config) Validate() error {
 	}
 	if c.Procs < 0 {
 		bad("procs %d: a number of cores, or 0 for every core", c.Procs)
+	}
+	if c.CallRelayFrom < 0 {
+		bad("call relaying must start at 0 (off) targets or more, not %d", c.CallRelayFrom)
 	}
 	if c.CallParallel < 1 {
 		bad("call parallelism must be at least 1, not %d", c.CallParallel)

@@ -98,6 +98,7 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 	snap.Sync = metrics.Sync{Pulls: t.Pulls, Failed: t.Failed, Rounds: t.Rounds, BytesSent: t.Sent, BytesRecv: t.Recv,
 		Fetched: t.Fetched, Applied: t.Applied, Shared: t.Shared, Relayed: t.Relayed, Relinks: n.relinks.Load(), JoinRedials: n.joinRedials.Load()}
 	snap.CallDialRetries = n.callDialRetries.Load()
+	snap.CallsRelayed, snap.CallsRelayedAgain = n.callsRelayed.Load(), n.callsRelayedAgain.Load()
 	n.plugins.mu.Lock()
 	for _, l := range n.plugins.loaded {
 		if l.err != nil {

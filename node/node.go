@@ -156,8 +156,14 @@ type Node struct {
 	// callDialRetries counts calls made again after their dial timed out
 	// (plugins.FanOut).
 	callDialRetries atomic.Int64
-	drops           gossip.Drops   // what pubsub drops under load
-	traffic         gossip.Traffic // what pubsub sends and receives
+	// callsRelayed counts targets of this node's fan-outs answered
+	// through a relay, callsRelayedAgain those a relay did not hand the
+	// call to, sent to them directly after (relay.go).
+	callsRelayed      atomic.Int64
+	callsRelayedAgain atomic.Int64
+	relay             *plugins.Relay // passes on and runs orders (plugins.RelayProtocol)
+	drops             gossip.Drops   // what pubsub drops under load
+	traffic           gossip.Traffic // what pubsub sends and receives
 
 	helloWarn *warnLimit // at most one bad-hello warning per peer a minute
 	authWarn  *warnLimit // at most one warning per author a minute (authority.go)
@@ -336,6 +342,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n.calls = plugins.NewServer(n.host, n, n.log, callOpts...)
 	// As many streams kept for the next call as connections kept.
 	n.caller = plugins.NewCaller(n.host, cfg.ConnLow)
+	n.relay = plugins.NewRelay(plugins.RelayDeps{Host: n.host, Server: n.calls, Key: n.key, Log: n.log,
+		Counts: func(p peer.ID) bool { return n.rules().Counts(p) }, Reach: n.learnRecordAddrs})
 	defer func() {
 		if err != nil && n.ownsHost {
 			n.host.Close()
@@ -510,6 +518,7 @@ func (n *Node) serve() {
 	n.host.SetStreamHandler(PluginFetchProtocol, n.serveSharedPlugin)
 	n.host.SetStreamHandler(TaskWatchProtocol, n.serveTaskWatch)
 	n.calls.Start()
+	n.relay.Start()
 }
 
 // unserve stops serving what serve registered but calls (closed with
@@ -593,6 +602,9 @@ func (n *Node) Close() error {
 		n.unserve()
 		if n.cancel != nil {
 			n.cancel()
+		}
+		if n.relay != nil {
+			errs = append(errs, n.relay.Close())
 		}
 		if n.calls != nil {
 			errs = append(errs, n.calls.Close())

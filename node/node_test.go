@@ -225,7 +225,7 @@ func TestProtocolsServedOnceStarted(t *testing.T) {
 	for range 5 {
 		n := startNode(t, loopbackConfig(t, "a"))
 		have := n.host.Mux().Protocols()
-		for _, p := range []protocol.ID{JobProtocol, JobOutputProtocol, JobListProtocol, PluginFetchProtocol, TaskWatchProtocol, plugins.ProtocolID} {
+		for _, p := range []protocol.ID{JobProtocol, JobOutputProtocol, JobListProtocol, PluginFetchProtocol, TaskWatchProtocol, plugins.ProtocolID, plugins.RelayProtocol} {
 			if !slices.Contains(have, p) {
 				t.Fatalf("%s not served when Start returned", p)
 			}

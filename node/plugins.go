@@ -606,7 +606,9 @@ func (n *Node) tribeMembers(tribe string) []peer.ID {
 
 // Call implements api.Agent: it calls every target at once (at most
 // CallParallel in flight), this node itself included through the same
-// authorisation, and hands each answer to emit as it comes.
+// authorisation, and hands each answer to emit as it comes. Past
+// CallRelayFrom targets it holds no connection to, those go through the
+// connected ones (relay.go).
 func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.CallResult)) (api.CallSummary, error) {
 	if err := (plugins.Request{Plugin: req.Plugin, Method: req.Method}).Check(); err != nil {
 		return api.CallSummary{}, api.BadRequest(err)
@@ -629,9 +631,14 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 	defer cancel()
 	start := n.now()
 	sum := api.CallSummary{Targets: len(targets)}
-	again := plugins.FanOut(ctx, targets, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {
-		return n.callOne(ctx, t, plugins.Request{ID: n.callID(), Tribe: t.tribe, Plugin: req.Plugin, Method: req.Method, Args: req.Args})
-	}, func(t callTarget, r plugins.Response) {
+	n.rngMu.Lock()
+	n.rng.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
+	n.rngMu.Unlock()
+	direct, groups := relayPlan(targets, n.host.ID(), n.isConnected, n.cfg.CallRelayFrom)
+	var emu sync.Mutex // record runs for the direct calls and each relay's
+	record := func(t callTarget, r plugins.Response) {
+		emu.Lock()
+		defer emu.Unlock()
 		res := api.CallResult{ID: t.id.String(), Name: t.name, Tribe: t.tribe, OK: r.OK, Result: r.Result,
 			Error: r.Error, Code: string(r.Code), MS: msSince(n.now(), start)}
 		n.observeCall(r, n.now().Sub(start))
@@ -644,7 +651,17 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 			sum.Failed++
 		}
 		emit(res)
-	})
+	}
+	var relayed sync.WaitGroup
+	for _, g := range groups {
+		relayed.Go(func() {
+			n.callThrough(ctx, g, plugins.Request{ID: n.callID(), Plugin: req.Plugin, Method: req.Method, Args: req.Args}, record)
+		})
+	}
+	again := plugins.FanOut(ctx, direct, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {
+		return n.callOne(ctx, t, plugins.Request{ID: n.callID(), Tribe: t.tribe, Plugin: req.Plugin, Method: req.Method, Args: req.Args})
+	}, record)
+	relayed.Wait()
 	n.callDialRetries.Add(int64(again))
 	sum.MS = msSince(n.now(), start)
 	return sum, nil

@@ -69,6 +69,12 @@ var (
 	descCallDialRetries = prometheus.NewDesc("tribe_call_dial_retries_total",
 		"Calls made again, within their deadline, because their dial timed out (a connect or handshake the callee or this node was too busy to finish).",
 		nil, nil)
+	descCallsRelayed = prometheus.NewDesc("tribe_call_relayed_total",
+		"Targets of this node's fan-outs answered through a relay (a connected member that made the call for this node, the answer signed by its target).",
+		nil, nil)
+	descCallsRelayedAgain = prometheus.NewDesc("tribe_call_relayed_again_total",
+		"Targets a relay did not hand this node's call to (it could not reach them, or went away), sent the call directly after.",
+		nil, nil)
 	descCommits = prometheus.NewDesc("tribe_store_commits_total",
 		"Write transactions of the state store, each a disk sync; writes that arrive together share one.", nil, nil)
 	descPlugins = prometheus.NewDesc("tribe_plugins",
@@ -83,7 +89,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descProbesLate, descProbes, descClaims, descRefuted, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCommits, descPlugins} {
+		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCallsRelayed, descCallsRelayedAgain, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -135,6 +141,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRelinks, s.Sync.Relinks)
 	counter(descJoinRedials, s.Sync.JoinRedials)
 	counter(descCallDialRetries, s.CallDialRetries)
+	counter(descCallsRelayed, s.CallsRelayed)
+	counter(descCallsRelayedAgain, s.CallsRelayedAgain)
 	counter(descRounds, s.Sync.Rounds)
 	counter(descSyncBytes, s.Sync.BytesSent, "sent")
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")

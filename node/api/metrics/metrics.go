@@ -99,6 +99,10 @@ type Snapshot struct {
 	// CallDialRetries is calls made again, within their deadline,
 	// because their dial timed out.
 	CallDialRetries int64
+	// CallsRelayed is targets of this node's fan-outs answered through a
+	// relay; CallsRelayedAgain those a relay did not hand the call to,
+	// sent to them directly after.
+	CallsRelayed, CallsRelayedAgain int64
 }
 
 // Pubsub is what pubsub sent and received, by part (rpc, message, ihave,

@@ -343,7 +343,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	// As many streams kept for the next call as connections kept.
 	n.caller = plugins.NewCaller(n.host, cfg.ConnLow)
 	n.relay = plugins.NewRelay(plugins.RelayDeps{Host: n.host, Server: n.calls, Key: n.key, Log: n.log,
-		Counts: func(p peer.ID) bool { return n.rules().Counts(p) }, Reach: n.learnRecordAddrs})
+		Counts: func(p peer.ID) bool { return n.rules().Counts(p) }, Reach: n.learnRecordAddrs, Use: n.useCallConn})
 	defer func() {
 		if err != nil && n.ownsHost {
 			n.host.Close()

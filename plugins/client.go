@@ -188,9 +188,20 @@ func openFailure(ctx context.Context, id string, err error) Response {
 	}
 	// A dial that timed out (a connect or handshake not done by the
 	// swarm's deadline, 5 s on a LAN: the callee or this node too busy
-	// to finish it) may be made again: FanOut does, while the call's
-	// context lasts.
-	return Response{ID: id, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error(), dialTimedOut: dialTimedOut(err)}
+	// to finish it), or whose connection closed before a stream opened
+	// on it, may be made again: FanOut does, while the call's context
+	// lasts. Nothing was sent.
+	return Response{ID: id, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error(),
+		dialTimedOut: dialTimedOut(err) || connLostBeforeStream(err)}
+}
+
+// connLostBeforeStream reports a connection that was made but closed
+// before a stream opened on it (libp2p's basic host says only "connection
+// failed", basic_host.go, when the swarm has no connection left to open
+// the stream on): seen on a melted 200-agent fleet, where the callee's
+// connection manager or limits close connections as they come.
+func connLostBeforeStream(err error) bool {
+	return err != nil && err.Error() == "connection failed"
 }
 
 // dialTimedOut reports a dial error from a deadline inside the dial (an

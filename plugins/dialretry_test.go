@@ -352,3 +352,26 @@ func TestRetakeGivesBackASlotAsTheContextEnds(t *testing.T) {
 		t.Fatal("a slot free and a context that lasts: not taken")
 	}
 }
+
+// A call whose stream did not open is made again only when nothing can
+// have been sent and the failure may pass: a dial that timed out, or a
+// connection closed before the stream opened (what libp2p's basic host
+// reports as "connection failed"); never a refusal or a limit.
+func TestOpenFailureMarksWhatMayBeTriedAgain(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	for _, c := range []struct {
+		err   error
+		again bool
+		code  Code
+	}{
+		{fmt.Errorf("failed to dial: %w", context.DeadlineExceeded), true, CodeUnreachable},
+		{errors.New("connection failed"), true, CodeUnreachable},
+		{refused, false, CodeUnreachable},
+		{fmt.Errorf("%w: streams", network.ErrResourceLimitExceeded), false, CodeBusy},
+	} {
+		r := openFailure(context.Background(), "x", c.err)
+		if r.dialTimedOut != c.again || r.Code != c.code {
+			t.Errorf("%v: again %v, code %s; want %v, %s", c.err, r.dialTimedOut, r.Code, c.again, c.code)
+		}
+	}
+}

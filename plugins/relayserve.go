@@ -33,6 +33,10 @@ type RelayDeps struct {
 	// (the node adds its recorded addresses). Nil: nothing to do. Same
 	// rules as Counts.
 	Reach func(peer.ID)
+	// Use registers an exchange with a target, and done ends it: the
+	// node closes a connection opened for it after it, as after its own
+	// calls. Nil: nothing to do. Same rules as Counts.
+	Use func(peer.ID) (done func())
 }
 
 // Relay is both ends of RelayProtocol on a node: it runs the orders meant
@@ -324,6 +328,9 @@ func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte
 func (r *Relay) forward(ctx context.Context, node peer.ID, frame []byte) []byte {
 	if r.d.Reach != nil {
 		r.d.Reach(node)
+	}
+	if r.d.Use != nil {
+		defer r.d.Use(node)()
 	}
 	relayed := "relayed by " + r.d.Host.ID().String() + ": "
 	st, err := r.d.Host.NewStream(ctx, node, RelayProtocol)

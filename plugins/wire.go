@@ -94,7 +94,8 @@ type Response struct {
 	// Duration is how long the call ran on the callee, in nanoseconds.
 	Duration time.Duration `json:"duration"`
 	// dialTimedOut marks the caller's own failure to dial the callee in
-	// time (never on the wire): FanOut makes such a call again.
+	// time, or to keep the connection until a stream opened (never on
+	// the wire; nothing was sent): FanOut makes such a call again.
 	dialTimedOut bool
 }
 

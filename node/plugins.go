@@ -634,7 +634,7 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 	n.rngMu.Lock()
 	n.rng.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
 	n.rngMu.Unlock()
-	direct, groups := relayPlan(targets, n.host.ID(), n.isConnected, n.cfg.CallRelayFrom)
+	direct, far, relays := relayPlan(targets, n.host.ID(), n.isConnected, n.cfg.CallRelayFrom)
 	var emu sync.Mutex // record runs for the direct calls and each relay's
 	record := func(t callTarget, r plugins.Response) {
 		emu.Lock()
@@ -653,9 +653,9 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 		emit(res)
 	}
 	var relayed sync.WaitGroup
-	for _, g := range groups {
+	if len(far) > 0 {
 		relayed.Go(func() {
-			n.callThrough(ctx, g, plugins.Request{ID: n.callID(), Plugin: req.Plugin, Method: req.Method, Args: req.Args}, record)
+			n.callThrough(ctx, far, relays, plugins.Request{ID: n.callID(), Plugin: req.Plugin, Method: req.Method, Args: req.Args}, record)
 		})
 	}
 	again := plugins.FanOut(ctx, direct, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {

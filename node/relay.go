@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -13,9 +14,10 @@ import (
 // Past CallRelayFrom such hosts, each connected target (a relay) is handed
 // a share of them as an order this node signs (plugins.RelayProtocol):
 // the relays make those calls over their own connections, in parallel,
-// and pass back each target's signed answer. What a relay could not hand
-// over is then sent to its target directly; an order runs once on a node
-// however often it arrives.
+// and pass back each target's signed answer. Targets a relay holds no
+// connection to are handed to other relays, then to relays that dial
+// them, and what no relay reached is sent its order directly; an order ID
+// runs once on a node however often it arrives.
 
 // relayBatch bounds the targets one relay is handed: past relays ×
 // relayBatch, the rest are called directly. relayMinBatch is the least a
@@ -33,70 +35,133 @@ type relayGroup struct {
 }
 
 // relayPlan splits a fan-out's targets into those called directly (this
-// node, those it holds a connection to, and everyone when fewer than from
-// are not connected or none is) and groups of the others, each for one
-// connected target taken in the order given (relays spread a call's
-// load: the caller shuffles them). from 0 turns relaying off.
-func relayPlan(targets []callTarget, self peer.ID, connected func(peer.ID) bool, from int) (direct []callTarget, groups []relayGroup) {
-	var far, relays []callTarget
+// node and those it holds a connection to) and those to hand to relays
+// (far), with the relays: the connected targets, in the order given (the
+// caller shuffles them: relays spread a call's load). Everyone is called
+// directly when fewer than from targets are far, or no target is
+// connected; from 0 turns relaying off.
+func relayPlan(targets []callTarget, self peer.ID, connected func(peer.ID) bool, from int) (direct, far []callTarget, relays []peer.ID) {
 	for _, t := range targets {
 		switch {
 		case t.id == self:
 			direct = append(direct, t)
 		case connected(t.id):
 			direct = append(direct, t)
-			relays = append(relays, t)
+			relays = append(relays, t.id)
 		default:
 			far = append(far, t)
 		}
 	}
 	if from <= 0 || len(far) < from || len(relays) == 0 {
-		return append(direct, far...), nil
+		return append(direct, far...), nil, nil
 	}
-	per := min(relayBatch, max(relayMinBatch, (len(far)+len(relays)-1)/len(relays)))
-	for _, r := range relays {
-		if len(far) == 0 {
-			break
-		}
-		k := min(per, len(far))
-		groups = append(groups, relayGroup{via: r.id, targets: far[:k:k]})
-		far = far[k:]
-	}
-	return append(direct, far...), groups
+	return direct, far, relays
 }
 
-// callThrough makes the call req to g's targets through g's relay, then
-// directly to the targets the relay did not hand it to, and hands each
-// answer to record.
-func (n *Node) callThrough(ctx context.Context, g relayGroup, req plugins.Request, record func(callTarget, plugins.Response)) {
+// relayRounds is how many times a fan-out hands out the targets no relay
+// has reached yet, each time to other relays: the first rounds to relays
+// that call only the targets they hold a connection to (plugins.ModeNear:
+// on a fleet whose handshakes time out, as a melted one, a dial fails
+// wherever it is made, but each member holds connections to many), the
+// last to relays that dial. What is left is called directly.
+const relayRounds = 3
+
+// callThrough makes the call req to far, the targets this node holds no
+// connection to, through relays (connected targets), in rounds: each
+// round hands every target not reached yet to another relay, under one
+// order ID (a target runs it once, however often it is handed it). Then
+// it sends the order directly to the targets still not reached. It hands
+// each answer to record.
+func (n *Node) callThrough(ctx context.Context, far []callTarget, relays []peer.ID, req plugins.Request, record func(callTarget, plugins.Response)) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		dl = n.now().Add(plugins.DefaultTimeout)
 	}
-	o := &plugins.Order{ID: req.ID, Plugin: req.Plugin, Method: req.Method, Args: req.Args, Deadline: dl.UnixMilli()}
-	byID := make(map[peer.ID]callTarget, len(g.targets))
-	for _, t := range g.targets { // distinct nodes (callTargets)
+	proto := plugins.Order{ID: req.ID, Plugin: req.Plugin, Method: req.Method, Args: req.Args, Deadline: dl.UnixMilli()}
+	byID := make(map[peer.ID]callTarget, len(far))
+	for _, t := range far { // distinct nodes (callTargets)
 		byID[t.id] = t
-		o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
 	}
-	sealed, err := plugins.SealOrder(o, n.key)
-	if err != nil {
-		for _, t := range byID {
-			record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
+	pending := far
+	for round := range relayRounds {
+		if len(pending) == 0 || ctx.Err() != nil {
+			break
 		}
+		// Each round a target meets another relay: the relays turn by
+		// one group.
+		turn := round * ((len(relays) + relayRounds - 1) / relayRounds) % len(relays)
+		groups, left := shareOut(pending, append(relays[turn:len(relays):len(relays)], relays[:turn]...))
+		var (
+			mu   sync.Mutex
+			next = left
+			wg   sync.WaitGroup
+		)
+		for _, g := range groups {
+			o := proto
+			for _, t := range g.targets {
+				o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
+			}
+			sealed, err := plugins.SealOrder(&o, n.key)
+			if err != nil {
+				for _, t := range g.targets {
+					record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
+				}
+				continue
+			}
+			wg.Go(func() {
+				n.caller.Relay(ctx, g.via, &o, sealed, round == relayRounds-1, func(oc plugins.RelayOutcome) {
+					t := byID[oc.Node]
+					if oc.Again {
+						mu.Lock()
+						next = append(next, t)
+						mu.Unlock()
+						return
+					}
+					n.callsRelayed.Add(1)
+					record(t, oc.Response)
+				})
+			})
+		}
+		wg.Wait()
+		pending = next
+	}
+	if len(pending) == 0 {
 		return
 	}
-	var again []callTarget
-	n.caller.Relay(ctx, g.via, o, sealed, func(oc plugins.RelayOutcome) {
-		t := byID[oc.Node]
-		if oc.Again {
-			again = append(again, t)
-			return
+	// Straight to the targets no relay reached: orders that list them,
+	// under the same ID.
+	for len(pending) > 0 {
+		k := min(len(pending), plugins.MaxOrderTargets)
+		o := proto
+		for _, t := range pending[:k] {
+			o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
 		}
-		n.callsRelayed.Add(1)
-		record(t, oc.Response)
-	})
-	n.relayAgain(ctx, o, sealed, again, record)
+		sealed, err := plugins.SealOrder(&o, n.key)
+		if err != nil {
+			for _, t := range pending[:k] {
+				record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
+			}
+		} else {
+			n.relayAgain(ctx, &o, sealed, pending[:k], record)
+		}
+		pending = pending[k:]
+	}
+}
+
+// shareOut hands targets to relays in equal shares, at least
+// relayMinBatch and at most relayBatch each, and returns what is left past
+// that.
+func shareOut(targets []callTarget, relays []peer.ID) (groups []relayGroup, left []callTarget) {
+	per := min(relayBatch, max(relayMinBatch, (len(targets)+len(relays)-1)/len(relays)))
+	for _, r := range relays {
+		if len(targets) == 0 {
+			break
+		}
+		k := min(per, len(targets))
+		groups = append(groups, relayGroup{via: r, targets: targets[:k:k]})
+		targets = targets[k:]
+	}
+	return groups, targets
 }
 
 // relayAgain sends the order o (sealed) to each of targets directly.

@@ -43,37 +43,57 @@ func TestRelayPlan(t *testing.T) {
 	}
 	connected := func(p peer.ID) bool { return p[0] == 'c' }
 	for _, c := range []struct {
-		name    string
-		targets []string
-		from    int
-		direct  int   // targets called directly
-		groups  []int // targets per relay
+		name        string
+		targets     []string
+		from        int
+		direct, far int
+		relays      []string
 	}{
-		{"few far: all direct", append([]string{"self", "c1"}, far(3)...), 4, 5, nil},
-		{"off", append([]string{"c1"}, far(100)...), 0, 101, nil},
-		{"no relay", far(100), 4, 100, nil},
-		{"shared evenly", append([]string{"self", "c1", "c2", "c3"}, far(30)...), 4, 4, []int{10, 10, 10}},
-		{"at least relayMinBatch each", append([]string{"c1", "c2", "c3", "c4"}, far(6)...), 4, 4, []int{4, 2}},
-		{"at most relayBatch each, the rest direct", append([]string{"c1", "c2"}, far(200)...), 4, 2 + 200 - 2*relayBatch, []int{relayBatch, relayBatch}},
+		{"few far: all direct", append([]string{"self", "c1"}, far(3)...), 4, 5, 0, nil},
+		{"off", append([]string{"c1"}, far(100)...), 0, 101, 0, nil},
+		{"no relay", far(100), 4, 100, 0, nil},
+		{"relayed", append([]string{"c2", "self", "c1"}, far(30)...), 4, 3, 30, []string{"c2", "c1"}},
 	} {
-		direct, groups := relayPlan(targets(c.targets...), id("self"), connected, c.from)
+		direct, fars, relays := relayPlan(targets(c.targets...), id("self"), connected, c.from)
+		var rs []string
+		for _, r := range relays {
+			rs = append(rs, string(r))
+		}
+		if len(direct) != c.direct || len(fars) != c.far || !slices.Equal(rs, c.relays) {
+			t.Errorf("%s: %d direct, %d far, relays %v; want %d, %d, %v", c.name, len(direct), len(fars), rs, c.direct, c.far, c.relays)
+		}
+	}
+	relays := func(n int) []peer.ID {
+		var out []peer.ID
+		for i := range n {
+			out = append(out, id(fmt.Sprintf("c%d", i)))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name            string
+		targets, relays int
+		per             []int
+		left            int
+	}{
+		{"shared evenly", 30, 3, []int{10, 10, 10}, 0},
+		{"at least relayMinBatch each", 6, 4, []int{4, 2}, 0},
+		{"at most relayBatch each", 200, 2, []int{relayBatch, relayBatch}, 200 - 2*relayBatch},
+	} {
+		groups, left := shareOut(targets(far(c.targets)...), relays(c.relays))
 		var per []int
 		seen := map[string]bool{}
 		for _, g := range groups {
 			per = append(per, len(g.targets))
-			if !connected(g.via) {
-				t.Errorf("%s: relay %s not connected", c.name, g.via)
-			}
 			for _, n := range names(g.targets) {
 				seen[n] = true
 			}
 		}
-		for _, n := range names(direct) {
+		for _, n := range names(left) {
 			seen[n] = true
 		}
-		if len(direct) != c.direct || !slices.Equal(per, c.groups) || len(seen) != len(c.targets) {
-			t.Errorf("%s: %d direct, groups %v, %d of %d targets planned; want %d direct, groups %v",
-				c.name, len(direct), per, len(seen), len(c.targets), c.direct, c.groups)
+		if !slices.Equal(per, c.per) || len(left) != c.left || len(seen) != c.targets {
+			t.Errorf("%s: groups %v, %d left, %d of %d targets; want %v, %d", c.name, per, len(left), len(seen), c.targets, c.per, c.left)
 		}
 	}
 }

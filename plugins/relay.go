@@ -26,7 +26,11 @@ import (
 // A stream carries one order: the caller (or a relay) writes a frame, a
 // mode byte then the order's signed envelope. ModeRelay asks the node to
 // call every target of the order but itself, and itself too if listed;
-// ModeServe asks it to run the order for itself only (it must be listed).
+// ModeNear the same, but only the targets it holds a connection to (it
+// dials none, and notes the others at once); ModeServe asks it to run the
+// order for itself only (it must be listed). A caller may sign several
+// orders with one ID, each for some targets (one per relay and round):
+// a target runs one ID once.
 // The node writes back one frame per target as each finishes, then closes
 // the stream: FrameAnswer and an answer envelope the target signed, or
 // FrameNote and a Note, the relay's own word on a target it could not get
@@ -43,6 +47,7 @@ const RelayProtocol = "/tribe/relay/1.0.0"
 // Modes and frame kinds of RelayProtocol.
 const (
 	ModeRelay   byte = 'r'
+	ModeNear    byte = 'c'
 	ModeServe   byte = 's'
 	FrameAnswer byte = 'a'
 	FrameNote   byte = 'n'

@@ -108,7 +108,7 @@ func seal(t *testing.T, o *Order, key crypto.PrivKey) []byte {
 func relayAll(c *relayNode, via *relayNode, o *Order, sealed []byte) map[peer.ID]RelayOutcome {
 	got := map[peer.ID]RelayOutcome{}
 	var mu sync.Mutex
-	c.caller.Relay(context.Background(), via.host.ID(), o, sealed, func(oc RelayOutcome) {
+	c.caller.Relay(context.Background(), via.host.ID(), o, sealed, true, func(oc RelayOutcome) {
 		mu.Lock()
 		defer mu.Unlock()
 		if _, twice := got[oc.Node]; twice {
@@ -317,5 +317,29 @@ func TestOrderCheck(t *testing.T) {
 	a, _ := SealAnswer(&Answer{Order: "id", Caller: c.host.ID(), Response: Response{ID: "id", OK: true}}, c.key())
 	if _, _, err := OpenOrder(a); err == nil {
 		t.Fatal("an answer opened as an order")
+	}
+}
+
+// In ModeNear a relay calls only the targets it holds a connection to,
+// dials none, and notes the others at once as to be tried again.
+func TestRelayNearDialsNone(t *testing.T) {
+	c := newRelayNode(t, nil)
+	r := newRelayNode(t, nil, c.host.ID())
+	near := newRelayNode(t, nil, c.host.ID())
+	far := newRelayNode(t, nil, c.host.ID())
+	knows(r, far) // dialable, but not to be dialled
+	connect(t, c, r)
+	connect(t, r, near)
+	o := order("near", "echo", "echo", 10*time.Second, near, far)
+	got := map[peer.ID]RelayOutcome{}
+	c.caller.Relay(context.Background(), r.host.ID(), o, seal(t, o, c.key()), false, func(oc RelayOutcome) { got[oc.Node] = oc })
+	if oc := got[near.host.ID()]; !oc.Response.OK {
+		t.Fatalf("near: %+v", oc)
+	}
+	if oc := got[far.host.ID()]; !oc.Again || !strings.Contains(oc.Response.Error, "not connected") {
+		t.Fatalf("far: %+v", oc)
+	}
+	if r.host.Network().Connectedness(far.host.ID()) == network.Connected {
+		t.Fatal("the relay dialled")
 	}
 }

@@ -23,12 +23,17 @@ type RelayOutcome struct {
 }
 
 // Relay hands the order o (sealed by this node: SealOrder) to via in
-// ModeRelay, and reports each of its targets' outcomes to out as they
+// ModeRelay (dial: the relay dials targets it holds no connection to) or
+// ModeNear, and reports each of its targets' outcomes to out as they
 // come, one at a time: the targets' signed answers, checked here, and the
 // relay's notes. Targets the relay says nothing of before it closes the
 // stream or ctx ends are reported last, Again set (after ctx's end, as a
 // timeout). via should be a node this one holds a connection to.
-func (c *Caller) Relay(ctx context.Context, via peer.ID, o *Order, sealed []byte, out func(RelayOutcome)) {
+func (c *Caller) Relay(ctx context.Context, via peer.ID, o *Order, sealed []byte, dial bool, out func(RelayOutcome)) {
+	mode := ModeNear
+	if dial {
+		mode = ModeRelay
+	}
 	pending := make(map[peer.ID]bool, len(o.Targets))
 	for _, t := range o.Targets {
 		pending[t.Node] = true
@@ -45,7 +50,7 @@ func (c *Caller) Relay(ctx context.Context, via peer.ID, o *Order, sealed []byte
 		stop := context.AfterFunc(ctx, func() { st.Reset() })
 		defer stop()
 		st.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if err := writeFrame(st, relayFrame(ModeRelay, sealed)); err != nil {
+		if err := writeFrame(st, relayFrame(mode, sealed)); err != nil {
 			st.Reset()
 			return "sending the order to the relay " + via.String() + ": " + err.Error()
 		}

@@ -3,6 +3,7 @@ package plugins
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,8 +114,8 @@ func (r *Relay) handle(st network.Stream) {
 	switch mode {
 	case ModeServe:
 		r.serve(st, o, caller, body)
-	case ModeRelay:
-		r.relay(st, o, caller, body)
+	case ModeRelay, ModeNear:
+		r.relay(st, o, caller, body, mode == ModeRelay)
 	default:
 		r.refuse(st, from, CodeBadRequest, fmt.Errorf("plugins: relay mode %q", mode))
 	}
@@ -244,9 +245,10 @@ func sealAnswerFrame(a *Answer, key crypto.PrivKey) ([]byte, error) {
 }
 
 // relay passes an order on to each of its targets (running it here too if
-// this node is one), and writes each outcome back as it comes: the
-// target's signed answer as it was, or a note.
-func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte) {
+// this node is one), dialling those it holds no connection to only if
+// dial, and writes each outcome back as it comes: the target's signed
+// answer as it was, or a note.
+func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte, dial bool) {
 	now := time.Now()
 	switch {
 	case r.d.Counts != nil && !r.d.Counts(caller):
@@ -256,7 +258,10 @@ func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte
 		r.refuse(st, caller, CodeBadRequest, checkTime(o, now))
 		return
 	}
-	if err := r.take("r/"+caller.String()+"/"+o.ID, o.Deadline, now); err != nil {
+	// Each signed order is relayed once (a caller signs one per relay and
+	// round, under one ID).
+	sum := sha256.Sum256(sealed)
+	if err := r.take("r/"+string(sum[:]), o.Deadline, now); err != nil {
 		r.refuse(st, caller, err.Code, err)
 		return
 	}
@@ -305,6 +310,11 @@ func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte
 		}
 		if ctx.Err() != nil {
 			send(noteFrame(Note{Node: t.Node, Code: CodeTimeout, Error: "the relay's deadline passed before it called the node"}))
+			continue
+		}
+		if !dial && r.d.Host.Network().Connectedness(t.Node) != network.Connected {
+			<-sem
+			send(noteFrame(Note{Node: t.Node, Code: CodeUnreachable, Error: "relayed by " + r.d.Host.ID().String() + ": not connected to the node"}))
 			continue
 		}
 		wg.Go(func() {

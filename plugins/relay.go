@@ -170,21 +170,32 @@ func SealOrder(o *Order, key crypto.PrivKey) ([]byte, error) {
 // its signer (the caller).
 func OpenOrder(b []byte) (*Order, peer.ID, error) {
 	var o Order
-	env, err := record.ConsumeTypedEnvelope(b, &o)
+	caller, err := openSigned(b, &o, ErrBadOrder)
 	if err != nil {
-		if errors.Is(err, ErrBadOrder) {
-			return nil, "", err
-		}
-		return nil, "", fmt.Errorf("%w: %v", ErrBadOrder, err)
-	}
-	if !bytes.Equal(env.PayloadType, orderCodec) {
-		return nil, "", fmt.Errorf("%w: payload type %q", ErrBadOrder, env.PayloadType)
-	}
-	caller, err := peer.IDFromPublicKey(env.PublicKey)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: signer: %v", ErrBadOrder, err)
+		return nil, "", err
 	}
 	return &o, caller, nil
+}
+
+// openSigned opens the signed envelope b into rec, checking its signature,
+// its payload type and rec's own checks, and returns its signer; every
+// failure wraps bad.
+func openSigned(b []byte, rec record.Record, bad error) (peer.ID, error) {
+	env, err := record.ConsumeTypedEnvelope(b, rec)
+	if err != nil {
+		if errors.Is(err, bad) {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: %v", bad, err)
+	}
+	if !bytes.Equal(env.PayloadType, rec.Codec()) {
+		return "", fmt.Errorf("%w: payload type %q", bad, env.PayloadType)
+	}
+	signer, err := peer.IDFromPublicKey(env.PublicKey)
+	if err != nil {
+		return "", fmt.Errorf("%w: signer: %v", bad, err)
+	}
+	return signer, nil
 }
 
 // Answer is a target's answer to an order, signed by the target.
@@ -227,19 +238,9 @@ func SealAnswer(a *Answer, key crypto.PrivKey) ([]byte, error) {
 // with its signer (the target).
 func OpenAnswer(b []byte) (*Answer, peer.ID, error) {
 	var a Answer
-	env, err := record.ConsumeTypedEnvelope(b, &a)
+	target, err := openSigned(b, &a, ErrBadAnswer)
 	if err != nil {
-		if errors.Is(err, ErrBadAnswer) {
-			return nil, "", err
-		}
-		return nil, "", fmt.Errorf("%w: %v", ErrBadAnswer, err)
-	}
-	if !bytes.Equal(env.PayloadType, answerCodec) {
-		return nil, "", fmt.Errorf("%w: payload type %q", ErrBadAnswer, env.PayloadType)
-	}
-	target, err := peer.IDFromPublicKey(env.PublicKey)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: signer: %v", ErrBadAnswer, err)
+		return nil, "", err
 	}
 	return &a, target, nil
 }

@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -341,5 +342,45 @@ func TestRelayNearDialsNone(t *testing.T) {
 	}
 	if r.host.Network().Connectedness(far.host.ID()) == network.Connected {
 		t.Fatal("the relay dialled")
+	}
+}
+
+// A node remembers each order until its deadline, at most
+// maxRememberedPerCaller of one caller's at once: one caller cannot fill
+// the memory the others' orders need; once the deadlines pass, there is
+// room again. A caller that does not count takes none.
+func TestOrdersRememberedAreBoundedPerCaller(t *testing.T) {
+	r := NewRelay(RelayDeps{})
+	a, b := peer.ID("a"), peer.ID("b")
+	now := time.Now()
+	soon := now.Add(time.Minute).UnixMilli()
+	for i := range maxRememberedPerCaller {
+		if err := r.take(a, fmt.Sprint("a/", i), soon, now); err != nil {
+			t.Fatalf("order %d: %v", i, err)
+		}
+	}
+	if err := r.take(a, "a/more", soon, now); err == nil || err.Code != CodeBusy {
+		t.Fatalf("past the bound: %v", err)
+	}
+	if err := r.take(b, "b/1", soon, now); err != nil {
+		t.Fatalf("another caller: %v", err)
+	}
+	if err := r.take(b, "b/1", soon, now); err == nil || err.Code != CodeBadRequest {
+		t.Fatalf("the same order again: %v", err)
+	}
+	if err := r.take(a, "a/more", soon, now.Add(2*time.Minute)); err != nil {
+		t.Fatalf("after the deadlines passed: %v", err)
+	}
+
+	c := newRelayNode(t, nil)
+	stranger := newRelayNode(t, nil)
+	n := newRelayNode(t, func(p peer.ID) bool { return p == c.host.ID() }, c.host.ID(), stranger.host.ID())
+	connect(t, stranger, n)
+	o := order("s", "count", "run", 10*time.Second, n)
+	if resp := stranger.caller.Order(context.Background(), n.host.ID(), o, seal(t, o, stranger.key())); resp.Code != CodeUnauthorized || !strings.Contains(resp.Error, "does not count") {
+		t.Fatalf("a stranger's order: %+v", resp)
+	}
+	if len(n.relay.ran) != 0 || n.runs.Load() != 0 {
+		t.Fatalf("a stranger's order was remembered (%d) or ran (%d)", len(n.relay.ran), n.runs.Load())
 	}
 }

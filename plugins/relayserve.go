@@ -48,21 +48,23 @@ type Relay struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu  sync.Mutex
-	ran map[string]int64 // orders taken ("caller/id", "r/caller/id" for relaying): their deadlines
+	mu    sync.Mutex
+	ran   map[string]taken // orders taken ("caller/id"; "r/" and the envelope's hash for relaying)
+	takes map[peer.ID]int  // entries of ran by caller
 	// relaying bounds the orders relayed at once, in all and per caller.
 	relaying *slots.Slots
 }
 
 // Bounds of a relay: the orders it passes on at once, in all and per
 // caller; the calls each of them makes at once; the orders it remembers
-// (each until its deadline, at most MaxTimeout away), past which it
-// refuses new ones as busy.
+// (each until its deadline, at most MaxTimeout away), in all and per
+// caller, past which it refuses new ones as busy.
 const (
-	relayOrders        = 32
-	relayOrdersPerPeer = 4
-	relayParallel      = 32
-	maxRemembered      = 1 << 16
+	relayOrders            = 32
+	relayOrdersPerPeer     = 4
+	relayParallel          = 32
+	maxRemembered          = 1 << 16
+	maxRememberedPerCaller = 1 << 12
 )
 
 // NewRelay makes a relay; Start registers it on the host.
@@ -71,7 +73,7 @@ func NewRelay(d RelayDeps) *Relay {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Relay{d: d, ctx: ctx, cancel: cancel, ran: map[string]int64{},
+	return &Relay{d: d, ctx: ctx, cancel: cancel, ran: map[string]taken{}, takes: map[peer.ID]int{},
 		relaying: slots.New(relayOrders, relayOrdersPerPeer)}
 }
 
@@ -155,27 +157,39 @@ func checkTime(o *Order, now time.Time) *Error {
 	return nil
 }
 
-// take remembers key until deadline, and reports whether it was new. An
-// order is taken once: replayed (by a relay, or anyone who saw it), it
-// does not run again.
-func (r *Relay) take(key string, deadline int64, now time.Time) *Error {
+// taken is an order remembered: whose, and until when.
+type taken struct {
+	caller   peer.ID
+	deadline int64 // Unix ms
+}
+
+// take remembers key (an order of caller's) until deadline, and reports
+// whether it was new. An order is taken once: replayed (by a relay, or
+// anyone who saw it), it does not run again. A caller has at most
+// maxRememberedPerCaller orders remembered at once, so that no one caller
+// fills the memory the others' orders need.
+func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time) *Error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, seen := r.ran[key]; seen {
 		return Errorf(CodeBadRequest, "this node already took this order (an order runs once; its answer went another way)")
 	}
-	if len(r.ran) >= maxRemembered {
+	if len(r.ran) >= maxRemembered || r.takes[caller] >= maxRememberedPerCaller {
 		ms := now.UnixMilli()
-		for k, dl := range r.ran {
-			if dl < ms {
+		for k, t := range r.ran {
+			if t.deadline < ms {
 				delete(r.ran, k)
+				if r.takes[t.caller]--; r.takes[t.caller] <= 0 {
+					delete(r.takes, t.caller)
+				}
 			}
 		}
-		if len(r.ran) >= maxRemembered {
-			return Errorf(CodeBusy, "busy: %d orders in flight here", len(r.ran))
+		if len(r.ran) >= maxRemembered || r.takes[caller] >= maxRememberedPerCaller {
+			return Errorf(CodeBusy, "busy: %d orders in flight here, %d of them yours", len(r.ran), r.takes[caller])
 		}
 	}
-	r.ran[key] = deadline
+	r.ran[key] = taken{caller, deadline}
+	r.takes[caller]++
 	return nil
 }
 
@@ -207,7 +221,12 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 		if err := checkTime(o, now); err != nil {
 			return refuse(err)
 		}
-		if err := r.take(caller.String()+"/"+o.ID, o.Deadline, now); err != nil {
+		if r.d.Counts != nil && !r.d.Counts(caller) {
+			// Before the order is remembered: a stranger's orders
+			// take no room from the members'.
+			return refuse(Errorf(CodeUnauthorized, "the order's caller %s does not count here (no trusted writer admitted it)", caller))
+		}
+		if err := r.take(caller, caller.String()+"/"+o.ID, o.Deadline, now); err != nil {
 			return refuse(err)
 		}
 		if !r.d.Server.enter(caller) {
@@ -261,7 +280,7 @@ func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte
 	// Each signed order is relayed once (a caller signs one per relay and
 	// round, under one ID).
 	sum := sha256.Sum256(sealed)
-	if err := r.take("r/"+string(sum[:]), o.Deadline, now); err != nil {
+	if err := r.take(caller, "r/"+string(sum[:]), o.Deadline, now); err != nil {
 		r.refuse(st, caller, err.Code, err)
 		return
 	}

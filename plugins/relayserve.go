@@ -115,7 +115,7 @@ func (r *Relay) handle(st network.Stream) {
 	st.SetReadDeadline(time.Time{})
 	switch mode {
 	case ModeServe:
-		r.serve(st, o, caller, body)
+		r.serve(st, o, caller)
 	case ModeRelay, ModeNear:
 		r.relay(st, o, caller, body, mode == ModeRelay)
 	default:
@@ -194,7 +194,7 @@ func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time) 
 }
 
 // serve runs an order for this node and writes its signed answer.
-func (r *Relay) serve(st network.Stream, o *Order, caller peer.ID, _ []byte) {
+func (r *Relay) serve(st network.Stream, o *Order, caller peer.ID) {
 	defer st.Close()
 	b := r.answer(o, caller)
 	st.SetWriteDeadline(time.Now().Add(writeTimeout))
@@ -269,12 +269,12 @@ func sealAnswerFrame(a *Answer, key crypto.PrivKey) ([]byte, error) {
 // answer as it was, or a note.
 func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte, dial bool) {
 	now := time.Now()
-	switch {
-	case r.d.Counts != nil && !r.d.Counts(caller):
+	if r.d.Counts != nil && !r.d.Counts(caller) {
 		r.refuse(st, caller, CodeUnauthorized, errors.New("plugins: the order's caller does not count here"))
 		return
-	case checkTime(o, now) != nil:
-		r.refuse(st, caller, CodeBadRequest, checkTime(o, now))
+	}
+	if err := checkTime(o, now); err != nil {
+		r.refuse(st, caller, CodeBadRequest, err)
 		return
 	}
 	// Each signed order is relayed once (a caller signs one per relay and

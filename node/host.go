@@ -82,7 +82,8 @@ func buildHost(cfg Config, key crypto.PrivKey, psk pnet.PSK) (_ host.Host, err e
 	closers = append(closers, cm.Close)
 
 	bus := eventbus.NewBus()
-	sw, err := swarm.NewSwarm(id, ps, bus, swarm.WithResourceManager(rm), swarm.WithDialRanker(tcpFirst))
+	sw, err := swarm.NewSwarm(id, ps, bus, swarm.WithResourceManager(rm), swarm.WithDialRanker(tcpFirst),
+		swarm.WithDialTimeout(limits.DialTimeout), swarm.WithDialTimeoutLocal(limits.DialTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("node: swarm: %w", err)
 	}

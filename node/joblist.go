@@ -117,7 +117,7 @@ func (n *Node) holdsAllAcks() bool {
 func (n *Node) serveJobList(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	defer s.Close()
-	s.SetDeadline(time.Now().Add(handshakeTimeout))
+	s.SetDeadline(time.Now().Add(requestTimeout))
 	answer := func(a jobListAnswer) error {
 		b, err := json.Marshal(a)
 		if err != nil {

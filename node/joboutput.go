@@ -61,7 +61,7 @@ type jobOutputAnswer struct {
 // and holds no place a writer needs.
 func (n *Node) serveJobOutput(s network.Stream) {
 	defer s.Close()
-	s.SetDeadline(time.Now().Add(handshakeTimeout))
+	s.SetDeadline(time.Now().Add(requestTimeout))
 	answer := func(a jobOutputAnswer) { json.NewEncoder(s).Encode(a) }
 	from := s.Conn().RemotePeer()
 	if !n.replica.Trust().Trusted(from) {

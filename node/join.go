@@ -16,9 +16,6 @@ import (
 	"github.com/tribeagent/tribe/node/api"
 )
 
-// dialTimeout bounds one connection attempt.
-const dialTimeout = 10 * time.Second
-
 func (n *Node) backoff(failures int) time.Duration {
 	return backoff.Wait(failures, n.cfg.BackoffMin, n.cfg.BackoffMax, n.float())
 }

@@ -18,10 +18,23 @@ import (
 // strangers who have not proved an identity may hold.
 const (
 	// handshakeTimeout bounds an inbound connection from its accept to
-	// secured and multiplexed (libp2p's default is 15 s). A handshake takes
-	// a few round trips; a socket silent for this long is an attack or a
-	// dead host, and is closed.
-	handshakeTimeout = 5 * time.Second
+	// secured and multiplexed, and dialTimeout an outbound one from the
+	// connect (libp2p's defaults; its dial deadline on a LAN is 5 s). A
+	// handshake takes a few round trips, milliseconds of CPU on each end;
+	// but on a host whose CPU is starved each round trip waits for both
+	// processes to be scheduled: on a 200-agent fleet melted on 2 cores a
+	// handshake took 5 s and more, so every dial timed out at 5 s and was
+	// made again from the start, and a fan-out's calls to hosts it held
+	// no connection to stopped answering a minute in (89 of 159, none
+	// after 60 s; 146 of 167 with 15 s). A socket silent for this long
+	// is an attack or a dead host, and is closed; the handshake budget
+	// below (its own, per source) keeps such sockets from shutting out
+	// others.
+	handshakeTimeout = 15 * time.Second
+	dialTimeout      = 15 * time.Second
+	// requestTimeout bounds the small request a stream of the agent's
+	// own protocols (job lists and outputs, task watches) starts with.
+	requestTimeout = 5 * time.Second
 	// handshakes caps the inbound connections in the handshake at once,
 	// from everyone; libp2p's default is 32, which 33 silent sockets fill.
 	handshakes = 512
@@ -54,8 +67,10 @@ const yamuxStreamWindow = 256 << 10
 // the connection manager cannot (floods faster than its trim, silent
 // sockets that never become peers).
 type hostLimits struct {
-	// HandshakeTimeout, Handshakes and HandshakesPerIP: see the constants.
+	// HandshakeTimeout, DialTimeout, Handshakes and HandshakesPerIP: see
+	// the constants.
 	HandshakeTimeout time.Duration
+	DialTimeout      time.Duration
 	Handshakes       int
 	HandshakesPerIP  int
 
@@ -87,7 +102,7 @@ type hostLimits struct {
 //
 // With the default ConnHigh of 128 (fleets up to 5,000 hosts):
 //
-//	handshake deadline            5 s
+//	handshake deadline            15 s each way
 //	in the handshake              512, at most 64 per IPv4 address or IPv6 /56
 //	established inbound           1,024   8 × ConnHigh
 //	established outbound          1,024   8 × ConnHigh
@@ -103,6 +118,7 @@ type hostLimits struct {
 func limitsFor(c Config) hostLimits {
 	return hostLimits{
 		HandshakeTimeout: handshakeTimeout,
+		DialTimeout:      dialTimeout,
 		Handshakes:       handshakes,
 		HandshakesPerIP:  handshakesPerIP,
 		Inbound:          8 * c.ConnHigh,

@@ -270,7 +270,8 @@ func TestLimitsTable(t *testing.T) {
 		what      string
 		got, want int64
 	}{
-		{"handshake deadline (s)", int64(l.HandshakeTimeout / time.Second), 5},
+		{"handshake deadline (s)", int64(l.HandshakeTimeout / time.Second), 15},
+		{"dial deadline (s)", int64(l.DialTimeout / time.Second), 15},
 		{"in the handshake", int64(tr.GetConnLimit(in)), 512},
 		{"in the handshake per address", int64(l.HandshakesPerIP), 64},
 		{"inbound, handshakes included", int64(sys.GetConnLimit(in)), 1024 + 512},

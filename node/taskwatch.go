@@ -158,7 +158,7 @@ func decodeTaskWatchRequest(line []byte) (tribe, name string, err error) {
 // ("<tribe>/<name>"); a trusted writer or a member of the tribe may watch.
 func (n *Node) serveTaskWatch(s network.Stream) {
 	defer s.Close()
-	s.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	s.SetReadDeadline(time.Now().Add(requestTimeout))
 	br := bufio.NewReaderSize(s, taskWatchRequestMax)
 	line, err := br.ReadSlice('\n')
 	var tribe, name string

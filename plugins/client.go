@@ -187,7 +187,7 @@ func openFailure(ctx context.Context, id string, err error) Response {
 		return Response{ID: id, Code: CodeBusy, Error: "a connection or stream limit is reached, try again or call fewer nodes at once: " + err.Error()}
 	}
 	// A dial that timed out (a connect or handshake not done by the
-	// swarm's deadline, 5 s on a LAN: the callee or this node too busy
+	// swarm's deadline, 15 s: the callee or this node too busy
 	// to finish it), or whose connection closed before a stream opened
 	// on it, may be made again: FanOut does, while the call's context
 	// lasts. Nothing was sent.

@@ -99,6 +99,9 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 		Fetched: t.Fetched, Applied: t.Applied, Shared: t.Shared, Relayed: t.Relayed, Relinks: n.relinks.Load(), JoinRedials: n.joinRedials.Load()}
 	snap.CallDialRetries = n.callDialRetries.Load()
 	snap.CallsRelayed, snap.CallsRelayedAgain = n.callsRelayed.Load(), n.callsRelayedAgain.Load()
+	if n.relay != nil {
+		snap.OrdersAnsweredAgain = n.relay.AnsweredAgain()
+	}
 	n.plugins.mu.Lock()
 	for _, l := range n.plugins.loaded {
 		if l.err != nil {

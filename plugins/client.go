@@ -192,7 +192,7 @@ func openFailure(ctx context.Context, id string, err error) Response {
 	// on it, may be made again: FanOut does, while the call's context
 	// lasts. Nothing was sent.
 	return Response{ID: id, Code: CodeUnreachable, Error: "cannot reach the node: " + err.Error(),
-		dialTimedOut: dialTimedOut(err) || connLostBeforeStream(err)}
+		again: dialTimedOut(err) || connLostBeforeStream(err)}
 }
 
 // connLostBeforeStream reports a connection that was made but closed
@@ -307,8 +307,9 @@ func ctxFailure(ctx context.Context, id string) (Response, bool) {
 // itself respect ctx (Call does).
 //
 // A call whose dial timed out (a callee, or this node, too busy to finish
-// a handshake by the dial's deadline, which says nothing of the call's) is
-// made again after a pause, dialRetryFirst doubling to dialRetryMax (±20%),
+// a handshake by the dial's deadline, which says nothing of the call's),
+// or an order whose answer was lost on the way (Caller.Order), is made
+// again after a pause, dialRetryFirst doubling to dialRetryMax (±20%),
 // for as long as ctx lasts, dialling directly (past the swarm's backoff,
 // which the failure set). The pause holds no slot: the targets behind it
 // go first. FanOut returns how many calls it made again.
@@ -330,7 +331,7 @@ func FanOut[T any](ctx context.Context, targets []T, parallel int, call func(con
 			defer wg.Done()
 			resp := call(ctx, t)
 			<-sem
-			for try := 1; resp.dialTimedOut && pause(ctx, backoff.Wait(try, dialRetryFirst, dialRetryMax, rand.Float64())) && retake(ctx, sem); try++ {
+			for try := 1; resp.again && pause(ctx, backoff.Wait(try, dialRetryFirst, dialRetryMax, rand.Float64())) && retake(ctx, sem); try++ {
 				agains.Add(1)
 				resp = call(again1, t)
 				<-sem

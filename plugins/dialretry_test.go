@@ -370,8 +370,8 @@ func TestOpenFailureMarksWhatMayBeTriedAgain(t *testing.T) {
 		{fmt.Errorf("%w: streams", network.ErrResourceLimitExceeded), false, CodeBusy},
 	} {
 		r := openFailure(context.Background(), "x", c.err)
-		if r.dialTimedOut != c.again || r.Code != c.code {
-			t.Errorf("%v: again %v, code %s; want %v, %s", c.err, r.dialTimedOut, r.Code, c.again, c.code)
+		if r.again != c.again || r.Code != c.code {
+			t.Errorf("%v: again %v, code %s; want %v, %s", c.err, r.again, r.Code, c.again, c.code)
 		}
 	}
 }

@@ -26,27 +26,43 @@ type relayNode struct {
 	relay  *Relay
 	auth   *tableAuth
 	runs   *atomic.Int64
+	gate   chan struct{} // when set before the node is made, count waits for it
 	caller *Caller
 }
 
-// counter is a plugin that counts its runs.
-type counter struct{ runs *atomic.Int64 }
+// counter is a plugin that counts its runs; with a gate, each run waits
+// for the gate to open.
+type counter struct {
+	runs *atomic.Int64
+	gate chan struct{}
+}
 
 func (counter) Name() string      { return "count" }
 func (counter) Version() string   { return "1" }
 func (counter) Kind() Kind        { return Action }
 func (counter) Methods() []string { return []string{"run"} }
 func (c counter) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
-	return json.Marshal(c.runs.Add(1))
+	n := c.runs.Add(1)
+	if c.gate != nil {
+		<-c.gate
+	}
+	return json.Marshal(n)
 }
 
 // newRelayNode serves echo and count to the callers allowed, and relays
 // the orders of those counts says count (nil: everyone's).
 func newRelayNode(t *testing.T, counts func(peer.ID) bool, allowed ...peer.ID) *relayNode {
 	t.Helper()
-	n := &relayNode{host: newHost(t), runs: new(atomic.Int64)}
+	return newGatedRelayNode(t, nil, counts, allowed...)
+}
+
+// newGatedRelayNode is newRelayNode whose count waits for gate (nil: it
+// does not wait).
+func newGatedRelayNode(t *testing.T, gate chan struct{}, counts func(peer.ID) bool, allowed ...peer.ID) *relayNode {
+	t.Helper()
+	n := &relayNode{host: newHost(t), runs: new(atomic.Int64), gate: gate}
 	reg := Builtins(Env{})
-	reg.Register("count", func(map[string]string) (Plugin, error) { return counter{n.runs}, nil })
+	reg.Register("count", func(map[string]string) (Plugin, error) { return counter{n.runs, gate}, nil })
 	echo, err := reg.Load("echo", "t", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +167,7 @@ func TestRelayReachesTargetsThroughARelay(t *testing.T) {
 
 // An order runs once on a target, however often it is handed over
 // (replayed by a relay, or sent again directly after a relay lost its
-// answer): the second time is refused with a clear error, counted.
+// answer): each time after the first gets the answer of the first run.
 func TestOrderRunsOnce(t *testing.T) {
 	c := newRelayNode(t, nil)
 	n := newRelayNode(t, nil, c.host.ID())
@@ -163,7 +179,7 @@ func TestOrderRunsOnce(t *testing.T) {
 		t.Fatalf("first: %+v", first)
 	}
 	again := c.caller.Order(context.Background(), n.host.ID(), o, sealed)
-	if again.OK || again.Code != CodeBadRequest || !strings.Contains(again.Error, "already took this order") {
+	if !again.OK || string(again.Result) != "1" {
 		t.Fatalf("again: %+v", again)
 	}
 	// Through a relay as well.
@@ -171,13 +187,64 @@ func TestOrderRunsOnce(t *testing.T) {
 	knows(r, n)
 	connect(t, c, r)
 	oc := relayAll(c, r, o, sealed)[n.host.ID()]
-	if oc.Response.OK || !strings.Contains(oc.Response.Error, "already took this order") {
+	if !oc.Response.OK || string(oc.Response.Result) != "1" {
 		t.Fatalf("through a relay: %+v", oc)
 	}
 	if runs := n.runs.Load(); runs != 1 {
 		t.Fatalf("the order ran %d times", runs)
 	}
-	if n.server.Refused()[CodeBadRequest] != 2 {
+	if got := n.relay.AnsweredAgain(); got != 2 {
+		t.Fatalf("answered again %d times, want 2", got)
+	}
+	if len(n.server.Refused()) != 0 {
+		t.Fatalf("refusals counted: %v", n.server.Refused())
+	}
+}
+
+// An order that comes again while its first run has not ended waits for
+// that run's answer; it does not run twice.
+func TestOrderAgainWaitsForTheFirstRun(t *testing.T) {
+	gate := make(chan struct{})
+	c := newRelayNode(t, nil)
+	n := newGatedRelayNode(t, gate, nil, c.host.ID())
+	connect(t, c, n)
+	o := order("slow", "count", "run", 10*time.Second, n)
+	sealed := seal(t, o, c.key())
+	answers := make(chan Response, 2)
+	for range 2 {
+		go func() { answers <- c.caller.Order(context.Background(), n.host.ID(), o, sealed) }()
+	}
+	for n.runs.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	for range 2 {
+		if a := <-answers; !a.OK || string(a.Result) != "1" {
+			t.Fatalf("answer: %+v", a)
+		}
+	}
+	if runs := n.runs.Load(); runs != 1 {
+		t.Fatalf("the order ran %d times", runs)
+	}
+}
+
+// An answer too large to keep is not sent again: the order, sent again,
+// is refused as taken, and does not run again.
+func TestLargeAnswerIsNotKept(t *testing.T) {
+	c := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	connect(t, c, n)
+	o := order("big", "echo", "echo", 10*time.Second, n)
+	o.Args = json.RawMessage(`"` + strings.Repeat("x", maxKeptAnswer) + `"`)
+	sealed := seal(t, o, c.key())
+	if first := c.caller.Order(context.Background(), n.host.ID(), o, sealed); !first.OK {
+		t.Fatalf("first: %+v", first)
+	}
+	again := c.caller.Order(context.Background(), n.host.ID(), o, sealed)
+	if again.OK || again.Code != CodeBadRequest || !strings.Contains(again.Error, "already took this order") {
+		t.Fatalf("again: %+v", again)
+	}
+	if n.server.Refused()[CodeBadRequest] != 1 {
 		t.Fatalf("refusals counted: %v", n.server.Refused())
 	}
 }
@@ -355,20 +422,20 @@ func TestOrdersRememberedAreBoundedPerCaller(t *testing.T) {
 	now := time.Now()
 	soon := now.Add(time.Minute).UnixMilli()
 	for i := range maxRememberedPerCaller {
-		if err := r.take(a, fmt.Sprint("a/", i), soon, now); err != nil {
+		if _, err := r.take(a, fmt.Sprint("a/", i), soon, now, true); err != nil {
 			t.Fatalf("order %d: %v", i, err)
 		}
 	}
-	if err := r.take(a, "a/more", soon, now); err == nil || err.Code != CodeBusy {
+	if _, err := r.take(a, "a/more", soon, now, true); err == nil || err.Code != CodeBusy {
 		t.Fatalf("past the bound: %v", err)
 	}
-	if err := r.take(b, "b/1", soon, now); err != nil {
+	if _, err := r.take(b, "b/1", soon, now, true); err != nil {
 		t.Fatalf("another caller: %v", err)
 	}
-	if err := r.take(b, "b/1", soon, now); err == nil || err.Code != CodeBadRequest {
-		t.Fatalf("the same order again: %v", err)
+	if before, err := r.take(b, "b/1", soon, now, true); err != nil || before == nil {
+		t.Fatalf("the same order again: %v, %v", before, err)
 	}
-	if err := r.take(a, "a/more", soon, now.Add(2*time.Minute)); err != nil {
+	if _, err := r.take(a, "a/more", soon, now.Add(2*time.Minute), true); err != nil {
 		t.Fatalf("after the deadlines passed: %v", err)
 	}
 
@@ -382,5 +449,42 @@ func TestOrdersRememberedAreBoundedPerCaller(t *testing.T) {
 	}
 	if len(n.relay.ran) != 0 || n.runs.Load() != 0 {
 		t.Fatalf("a stranger's order was remembered (%d) or ran (%d)", len(n.relay.ran), n.runs.Load())
+	}
+}
+
+// lossyStream loses what is written to it: the stream breaks instead.
+type lossyStream struct{ network.Stream }
+
+func (s lossyStream) Write([]byte) (int, error) {
+	s.Stream.Reset()
+	return 0, network.ErrReset
+}
+
+// An order sent directly whose answer is lost on the way (the target ran
+// it, then the stream broke) is sent again within the call's deadline,
+// and the target answers it with the answer it kept: it runs once.
+func TestOrderWhoseAnswerWasLostIsSentAgain(t *testing.T) {
+	c := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	connect(t, c, n)
+	var streams atomic.Int64
+	n.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
+		if streams.Add(1) == 1 {
+			n.relay.handle(lossyStream{st})
+			return
+		}
+		n.relay.handle(st)
+	})
+	o := order("lost", "count", "run", 10*time.Second, n)
+	sealed := seal(t, o, c.key())
+	var got Response
+	again := FanOut(context.Background(), []peer.ID{n.host.ID()}, 1, func(ctx context.Context, p peer.ID) Response {
+		return c.caller.Order(ctx, p, o, sealed)
+	}, func(_ peer.ID, r Response) { got = r })
+	if !got.OK || string(got.Result) != "1" || again != 1 {
+		t.Fatalf("answer %+v after %d more sends", got, again)
+	}
+	if runs, answered := n.runs.Load(), n.relay.AnsweredAgain(); runs != 1 || answered != 1 {
+		t.Fatalf("ran %d times, answered again %d times", runs, answered)
 	}
 }

@@ -134,7 +134,9 @@ func (c *Caller) checkAnswer(body []byte, o *Order) (*Answer, peer.ID, error) {
 
 // Order sends the order o (sealed by this node) to p directly in
 // ModeServe, and returns p's answer. A dial waits for room in the dial
-// window, as a call's does.
+// window, as a call's does. An answer lost on the way (the stream or its
+// connection broke) is marked to be asked for again: p runs the order
+// once, and answers the same order again with the answer it kept.
 func (c *Caller) Order(ctx context.Context, p peer.ID, o *Order, sealed []byte) Response {
 	st, err := c.newStream(ctx, p, RelayProtocol)
 	if err != nil {
@@ -157,7 +159,9 @@ func (c *Caller) Order(ctx context.Context, p peer.ID, o *Order, sealed []byte) 
 		if r, ok := ctxFailure(ctx, o.ID); ok {
 			return r
 		}
-		return Response{ID: o.ID, Code: CodeGone, Error: "the node went away mid-call: " + err.Error()}
+		// The node runs the order once and keeps its answer: sent
+		// again, it answers again (FanOut does, while ctx lasts).
+		return Response{ID: o.ID, Code: CodeGone, Error: "the node went away mid-call: " + err.Error(), again: true}
 	}
 	defer st.Scope().ReleaseMemory(held)
 	st.Close()

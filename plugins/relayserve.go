@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -49,8 +50,11 @@ type Relay struct {
 	wg     sync.WaitGroup
 
 	mu    sync.Mutex
-	ran   map[string]taken // orders taken ("caller/id"; "r/" and the envelope's hash for relaying)
-	takes map[peer.ID]int  // entries of ran by caller
+	ran   map[string]*taken // orders taken ("caller/id"; "r/" and the envelope's hash for relaying)
+	takes map[peer.ID]int   // entries of ran by caller
+	kept  int               // bytes of the answers ran holds
+	// answersAgain counts orders answered again with the answer kept.
+	answersAgain atomic.Int64
 	// relaying bounds the orders relayed at once, in all and per caller.
 	relaying *slots.Slots
 }
@@ -65,6 +69,12 @@ const (
 	relayParallel          = 32
 	maxRemembered          = 1 << 16
 	maxRememberedPerCaller = 1 << 12
+	// An order's answer is kept (until the order's deadline) if it is
+	// at most maxKeptAnswer bytes, up to maxKeptAnswers in all: an order
+	// sent again after its answer was lost on the way gets it again. A
+	// larger one, or past the budget, is refused as taken before.
+	maxKeptAnswer  = 16 << 10
+	maxKeptAnswers = 16 << 20
 )
 
 // NewRelay makes a relay; Start registers it on the host.
@@ -73,9 +83,13 @@ func NewRelay(d RelayDeps) *Relay {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Relay{d: d, ctx: ctx, cancel: cancel, ran: map[string]taken{}, takes: map[peer.ID]int{},
+	return &Relay{d: d, ctx: ctx, cancel: cancel, ran: map[string]*taken{}, takes: map[peer.ID]int{},
 		relaying: slots.New(relayOrders, relayOrdersPerPeer)}
 }
+
+// AnsweredAgain is how many orders that came again this node answered
+// with the answer it kept.
+func (r *Relay) AnsweredAgain() int64 { return r.answersAgain.Load() }
 
 // Start serves RelayProtocol.
 func (r *Relay) Start() { r.d.Host.SetStreamHandler(RelayProtocol, r.handle) }
@@ -157,40 +171,90 @@ func checkTime(o *Order, now time.Time) *Error {
 	return nil
 }
 
-// taken is an order remembered: whose, and until when.
+// taken is an order remembered: whose, until when, and, for an order
+// run here, its answer.
 type taken struct {
 	caller   peer.ID
 	deadline int64 // Unix ms
+	// done is closed once answer is set (nil for an order relayed).
+	done chan struct{}
+	// answer is the signed answer frame, kept to be sent again when the
+	// order comes again (its answer lost on the way); nil if it was too
+	// large to keep or the budget was spent.
+	answer []byte
 }
 
-// take remembers key (an order of caller's) until deadline, and reports
-// whether it was new. An order is taken once: replayed (by a relay, or
-// anyone who saw it), it does not run again. A caller has at most
-// maxRememberedPerCaller orders remembered at once, so that no one caller
-// fills the memory the others' orders need.
-func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time) *Error {
+// take remembers key (an order of caller's) until deadline. An order is
+// taken once: replayed (by a relay, or anyone who saw it), it does not run
+// again; take returns what was remembered of it then (t non-nil). A
+// caller has at most maxRememberedPerCaller orders remembered at once, so
+// that no one caller fills the memory the others' orders need.
+func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time, run bool) (t *taken, e *Error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, seen := r.ran[key]; seen {
-		return Errorf(CodeBadRequest, "this node already took this order (an order runs once; its answer went another way)")
+	if t, seen := r.ran[key]; seen {
+		return t, nil
 	}
 	if len(r.ran) >= maxRemembered || r.takes[caller] >= maxRememberedPerCaller {
 		ms := now.UnixMilli()
 		for k, t := range r.ran {
 			if t.deadline < ms {
 				delete(r.ran, k)
+				r.kept -= len(t.answer)
 				if r.takes[t.caller]--; r.takes[t.caller] <= 0 {
 					delete(r.takes, t.caller)
 				}
 			}
 		}
 		if len(r.ran) >= maxRemembered || r.takes[caller] >= maxRememberedPerCaller {
-			return Errorf(CodeBusy, "busy: %d orders in flight here, %d of them yours", len(r.ran), r.takes[caller])
+			return nil, Errorf(CodeBusy, "busy: %d orders in flight here, %d of them yours", len(r.ran), r.takes[caller])
 		}
 	}
-	r.ran[key] = taken{caller, deadline}
+	nt := &taken{caller: caller, deadline: deadline}
+	if run {
+		nt.done = make(chan struct{})
+	}
+	r.ran[key] = nt
 	r.takes[caller]++
-	return nil
+	return nil, nil
+}
+
+// answered keeps b, the answer frame of the order taken as key, if it is
+// small enough and the budget allows, and wakes whoever waits for it.
+func (r *Relay) answered(key string, b []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.ran[key]
+	if t == nil || t.done == nil {
+		return
+	}
+	if len(b) <= maxKeptAnswer && r.kept+len(b) <= maxKeptAnswers {
+		t.answer = b
+		r.kept += len(b)
+	}
+	close(t.done)
+}
+
+// again is the answer frame for an order taken before (t): the answer
+// it kept, waited for while the order still runs (until ctx's end), or
+// a refusal.
+func (r *Relay) again(ctx context.Context, t *taken) ([]byte, *Error) {
+	if t.done == nil {
+		return nil, Errorf(CodeBadRequest, "this node already took this order (an order runs once)")
+	}
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		return nil, Errorf(CodeTimeout, "this node took this order before and had not answered it by the deadline")
+	}
+	r.mu.Lock()
+	b := t.answer
+	r.mu.Unlock()
+	if b == nil {
+		return nil, Errorf(CodeBadRequest, "this node already took this order (an order runs once; its answer went another way and was too large to keep)")
+	}
+	r.answersAgain.Add(1)
+	return b, nil
 }
 
 // serve runs an order for this node and writes its signed answer.
@@ -204,15 +268,19 @@ func (r *Relay) serve(st network.Stream, o *Order, caller peer.ID) {
 }
 
 // answer runs o for this node if it may, and returns the signed answer
-// frame, whatever the outcome.
+// frame, whatever the outcome. An order that came before is answered
+// with the answer it got then.
 func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 	self := r.d.Host.ID()
 	now := time.Now()
+	key := caller.String() + "/" + o.ID
 	// Refusals made here are counted here; Serve counts its own.
 	refuse := func(e *Error) Response {
 		r.d.Server.count(e.Code)
 		return failure(o.ID, e)
 	}
+	var replay []byte
+	ran := false
 	resp := func() Response {
 		t, listed := o.Target(self)
 		if !listed {
@@ -226,24 +294,40 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 			// take no room from the members'.
 			return refuse(Errorf(CodeUnauthorized, "the order's caller %s does not count here (no trusted writer admitted it)", caller))
 		}
-		if err := r.take(caller, caller.String()+"/"+o.ID, o.Deadline, now); err != nil {
+		ctx, cancel := context.WithDeadline(r.ctx, time.UnixMilli(o.Deadline))
+		defer cancel()
+		before, err := r.take(caller, key, o.Deadline, now, true)
+		if err != nil {
 			return refuse(err)
 		}
+		if before != nil {
+			b, err := r.again(ctx, before)
+			if err != nil {
+				return refuse(err)
+			}
+			replay = b
+			return Response{}
+		}
+		ran = true
 		if !r.d.Server.enter(caller) {
 			return refuse(Errorf(CodeBusy, "busy: %d calls from you are already running or waiting here", MaxCallsPerCaller))
 		}
 		defer r.d.Server.leave(caller)
-		ctx, cancel := context.WithDeadline(r.ctx, time.UnixMilli(o.Deadline))
-		defer cancel()
 		req := o.Request(t)
 		req.Deadline = max(1, o.Until(now).Milliseconds())
 		return r.d.Server.Serve(ctx, caller, req)
 	}()
+	if replay != nil {
+		return replay
+	}
 	b, err := sealAnswerFrame(&Answer{Order: o.ID, Caller: caller, Response: resp}, r.d.Key)
 	if err != nil {
 		// Only a result that is not JSON fails to encode.
 		b, _ = sealAnswerFrame(&Answer{Order: o.ID, Caller: caller, Response: Response{ID: o.ID, Code: CodeFailed,
 			Duration: resp.Duration, Error: "the plugin returned a result that is not JSON: " + err.Error()}}, r.d.Key)
+	}
+	if ran {
+		r.answered(key, b)
 	}
 	return b
 }
@@ -280,7 +364,10 @@ func (r *Relay) relay(st network.Stream, o *Order, caller peer.ID, sealed []byte
 	// Each signed order is relayed once (a caller signs one per relay and
 	// round, under one ID).
 	sum := sha256.Sum256(sealed)
-	if err := r.take(caller, "r/"+string(sum[:]), o.Deadline, now); err != nil {
+	if before, err := r.take(caller, "r/"+string(sum[:]), o.Deadline, now, false); err != nil || before != nil {
+		if err == nil {
+			err = Errorf(CodeBadRequest, "this node relayed this order before")
+		}
 		r.refuse(st, caller, err.Code, err)
 		return
 	}

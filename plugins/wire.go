@@ -93,10 +93,12 @@ type Response struct {
 	Code   Code            `json:"code,omitempty"`
 	// Duration is how long the call ran on the callee, in nanoseconds.
 	Duration time.Duration `json:"duration"`
-	// dialTimedOut marks the caller's own failure to dial the callee in
-	// time, or to keep the connection until a stream opened (never on
-	// the wire; nothing was sent): FanOut makes such a call again.
-	dialTimedOut bool
+	// again marks a call FanOut makes again (never on the wire): the
+	// caller's own failure to dial the callee in time, or to keep the
+	// connection until a stream opened (nothing was sent), or an order
+	// whose answer was lost on the way (the node runs an order once and
+	// answers it again).
+	again bool
 }
 
 // Code classifies a failed call.

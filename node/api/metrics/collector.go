@@ -75,6 +75,9 @@ var (
 	descCallsRelayedAgain = prometheus.NewDesc("tribe_call_relayed_again_total",
 		"Targets a relay did not hand this node's call to (it could not reach them, or went away), sent the call directly after.",
 		nil, nil)
+	descOrdersAnsweredAgain = prometheus.NewDesc("tribe_orders_answered_again_total",
+		"Orders (calls handed on by relays) that came to this node again after it had run them, answered with the answer it kept: the first answer was lost on the way.",
+		nil, nil)
 	descCommits = prometheus.NewDesc("tribe_store_commits_total",
 		"Write transactions of the state store, each a disk sync; writes that arrive together share one.", nil, nil)
 	descPlugins = prometheus.NewDesc("tribe_plugins",
@@ -89,7 +92,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descProbesLate, descProbes, descClaims, descRefuted, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCallsRelayed, descCallsRelayedAgain, descCommits, descPlugins} {
+		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCallsRelayed, descCallsRelayedAgain, descOrdersAnsweredAgain, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -143,6 +146,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCallDialRetries, s.CallDialRetries)
 	counter(descCallsRelayed, s.CallsRelayed)
 	counter(descCallsRelayedAgain, s.CallsRelayedAgain)
+	counter(descOrdersAnsweredAgain, s.OrdersAnsweredAgain)
 	counter(descRounds, s.Sync.Rounds)
 	counter(descSyncBytes, s.Sync.BytesSent, "sent")
 	counter(descSyncBytes, s.Sync.BytesRecv, "received")

@@ -488,3 +488,35 @@ func TestOrderWhoseAnswerWasLostIsSentAgain(t *testing.T) {
 		t.Fatalf("ran %d times, answered again %d times", runs, answered)
 	}
 }
+
+// A target whose answer the relay lost (the target's stream broke after
+// it took the order) is reported to be sent the order again; sent it, the
+// target answers with the answer it kept.
+func TestRelayLostAnswerIsSentAgain(t *testing.T) {
+	c := newRelayNode(t, nil)
+	r := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	knows(r, n)
+	connect(t, c, r)
+	var streams atomic.Int64
+	n.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
+		if streams.Add(1) == 1 {
+			n.relay.handle(lossyStream{st})
+			return
+		}
+		n.relay.handle(st)
+	})
+	o := order("lost", "count", "run", 10*time.Second, n)
+	sealed := seal(t, o, c.key())
+	oc := relayAll(c, r, o, sealed)[n.host.ID()]
+	if !oc.Again || oc.Response.Code != CodeGone {
+		t.Fatalf("through the relay: %+v", oc)
+	}
+	connect(t, c, n)
+	if got := c.caller.Order(context.Background(), n.host.ID(), o, sealed); !got.OK || string(got.Result) != "1" {
+		t.Fatalf("sent again: %+v", got)
+	}
+	if runs := n.runs.Load(); runs != 1 {
+		t.Fatalf("the order ran %d times", runs)
+	}
+}

@@ -16,9 +16,10 @@ type RelayOutcome struct {
 	Node     peer.ID
 	Response Response
 	// Again: the relay did not hand the order over (it could not reach
-	// the node, or said nothing of it before it went away), so it may be
-	// sent to the node directly (Caller.Order). The node runs an order
-	// once, so a node that did take it refuses it again.
+	// the node, or said nothing of it before it went away), or the
+	// node's answer was lost on the way to the relay, so it may be sent
+	// to the node directly (Caller.Order). The node runs an order once,
+	// and answers it again with the answer it kept.
 	Again bool
 }
 
@@ -113,7 +114,11 @@ func (c *Caller) relayed(b []byte, o *Order, pending map[peer.ID]bool) (RelayOut
 		if !pending[n.Node] {
 			return RelayOutcome{}, fmt.Errorf("plugins: a note on %s, not a target still waited for", n.Node)
 		}
-		return RelayOutcome{Node: n.Node, Again: !n.Delivered, Response: Response{ID: o.ID, Code: n.Code, Error: n.Error}}, nil
+		// A target the relay did not hand the order to may be sent it
+		// directly; so may one whose answer was lost on the way (gone):
+		// it runs the order once and answers it again.
+		again := !n.Delivered || n.Code == CodeGone
+		return RelayOutcome{Node: n.Node, Again: again, Response: Response{ID: o.ID, Code: n.Code, Error: n.Error}}, nil
 	}
 	return RelayOutcome{}, fmt.Errorf("plugins: relay frame kind %q", kind)
 }

@@ -100,7 +100,7 @@ func (s metricsSource) Snapshot() metrics.Snapshot {
 	snap.CallDialRetries = n.callDialRetries.Load()
 	snap.CallsRelayed, snap.CallsRelayedAgain = n.callsRelayed.Load(), n.callsRelayedAgain.Load()
 	if n.relay != nil {
-		snap.OrdersAnsweredAgain = n.relay.AnsweredAgain()
+		snap.OrdersRun, snap.OrdersAnsweredAgain = n.relay.Ran(), n.relay.AnsweredAgain()
 	}
 	n.plugins.mu.Lock()
 	for _, l := range n.plugins.loaded {

@@ -654,8 +654,18 @@ func (n *Node) Call(ctx context.Context, req api.CallRequest, emit func(api.Call
 	}
 	var relayed sync.WaitGroup
 	if len(far) > 0 {
+		// Through relays, the connected targets get the same order
+		// directly; only this node is called.
+		var near []callTarget
+		direct = slices.DeleteFunc(direct, func(t callTarget) bool {
+			if t.id == n.host.ID() {
+				return false
+			}
+			near = append(near, t)
+			return true
+		})
 		relayed.Go(func() {
-			n.callThrough(ctx, far, relays, plugins.Request{ID: n.callID(), Plugin: req.Plugin, Method: req.Method, Args: req.Args}, record)
+			n.callThrough(ctx, near, far, relays, plugins.Request{ID: n.callID(), Plugin: req.Plugin, Method: req.Method, Args: req.Args}, record)
 		})
 	}
 	again := plugins.FanOut(ctx, direct, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {

@@ -70,14 +70,20 @@ const relayRounds = 3
 // connection to, through relays (connected targets), in rounds: each
 // round hands every target not reached yet to another relay, under one
 // order ID (a target runs it once, however often it is handed it). Then
-// it sends the order directly to the targets still not reached. It hands
-// each answer to record.
-func (n *Node) callThrough(ctx context.Context, far []callTarget, relays []peer.ID, req plugins.Request, record func(callTarget, plugins.Response)) {
+// it sends the order directly to the targets still not reached. The
+// targets in near, connected ones, get the order directly meanwhile: an
+// order runs once and its answer is kept, so one lost on the way (a
+// stream that broke, a target slow to answer on a melted fleet) is asked
+// for again, where a call's could not be. It hands each answer to record.
+func (n *Node) callThrough(ctx context.Context, near, far []callTarget, relays []peer.ID, req plugins.Request, record func(callTarget, plugins.Response)) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		dl = n.now().Add(plugins.DefaultTimeout)
 	}
 	proto := plugins.Order{ID: req.ID, Plugin: req.Plugin, Method: req.Method, Args: req.Args, Deadline: dl.UnixMilli()}
+	var direct sync.WaitGroup
+	defer direct.Wait()
+	direct.Go(func() { n.sendOrders(ctx, proto, near, record, false) })
 	byID := make(map[peer.ID]callTarget, len(far))
 	for _, t := range far { // distinct nodes (callTargets)
 		byID[t.id] = t
@@ -125,26 +131,35 @@ func (n *Node) callThrough(ctx context.Context, far []callTarget, relays []peer.
 		wg.Wait()
 		pending = next
 	}
-	if len(pending) == 0 {
-		return
-	}
-	// Straight to the targets no relay reached: orders that list them,
-	// under the same ID.
-	for len(pending) > 0 {
-		k := min(len(pending), plugins.MaxOrderTargets)
+	// Straight to the targets no relay reached, under the same ID.
+	n.sendOrders(ctx, proto, pending, record, true)
+}
+
+// sendOrders sends the order proto to each of targets directly, in
+// orders of at most plugins.MaxOrderTargets targets each; again counts
+// them as targets relays did not reach.
+func (n *Node) sendOrders(ctx context.Context, proto plugins.Order, targets []callTarget, record func(callTarget, plugins.Response), again bool) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for len(targets) > 0 {
+		k := min(len(targets), plugins.MaxOrderTargets)
+		chunk := targets[:k]
+		targets = targets[k:]
 		o := proto
-		for _, t := range pending[:k] {
+		for _, t := range chunk {
 			o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
 		}
 		sealed, err := plugins.SealOrder(&o, n.key)
 		if err != nil {
-			for _, t := range pending[:k] {
+			for _, t := range chunk {
 				record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
 			}
-		} else {
-			n.relayAgain(ctx, &o, sealed, pending[:k], record)
+			continue
 		}
-		pending = pending[k:]
+		if again {
+			n.callsRelayedAgain.Add(int64(len(chunk)))
+		}
+		wg.Go(func() { n.orderEach(ctx, &o, sealed, chunk, record) })
 	}
 }
 
@@ -164,12 +179,8 @@ func shareOut(targets []callTarget, relays []peer.ID) (groups []relayGroup, left
 	return groups, targets
 }
 
-// relayAgain sends the order o (sealed) to each of targets directly.
-func (n *Node) relayAgain(ctx context.Context, o *plugins.Order, sealed []byte, targets []callTarget, record func(callTarget, plugins.Response)) {
-	if len(targets) == 0 {
-		return
-	}
-	n.callsRelayedAgain.Add(int64(len(targets)))
+// orderEach sends the order o (sealed) to each of targets directly.
+func (n *Node) orderEach(ctx context.Context, o *plugins.Order, sealed []byte, targets []callTarget, record func(callTarget, plugins.Response)) {
 	again := plugins.FanOut(ctx, targets, n.cfg.CallParallel, func(ctx context.Context, t callTarget) plugins.Response {
 		if !n.isConnected(t.id) {
 			n.learnAddrs(t.id, t.addrs)

@@ -160,6 +160,10 @@ func TestFanOutThroughARelay(t *testing.T) {
 	if n := a.callsRelayedAgain.Load(); n != 0 {
 		t.Errorf("%d targets called again directly", n)
 	}
+	// The hub, connected, got the call as an order, directly.
+	if n := hub.relay.Ran(); n != 1 {
+		t.Errorf("the hub ran %d orders, want 1", n)
+	}
 	if n := a.callConnsClosed.Load(); n != 0 {
 		t.Errorf("a opened and closed %d connections for the call", n)
 	}

@@ -53,8 +53,9 @@ type Relay struct {
 	ran   map[string]*taken // orders taken ("caller/id"; "r/" and the envelope's hash for relaying)
 	takes map[peer.ID]int   // entries of ran by caller
 	kept  int               // bytes of the answers ran holds
-	// answersAgain counts orders answered again with the answer kept.
-	answersAgain atomic.Int64
+	// ran counts the orders run here, answersAgain those answered again
+	// with the answer kept.
+	runs, answersAgain atomic.Int64
 	// relaying bounds the orders relayed at once, in all and per caller.
 	relaying *slots.Slots
 }
@@ -86,6 +87,9 @@ func NewRelay(d RelayDeps) *Relay {
 	return &Relay{d: d, ctx: ctx, cancel: cancel, ran: map[string]*taken{}, takes: map[peer.ID]int{},
 		relaying: slots.New(relayOrders, relayOrdersPerPeer)}
 }
+
+// Ran is how many orders this node ran (took, and handed to its server).
+func (r *Relay) Ran() int64 { return r.runs.Load() }
 
 // AnsweredAgain is how many orders that came again this node answered
 // with the answer it kept.
@@ -309,6 +313,7 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 			return Response{}
 		}
 		ran = true
+		r.runs.Add(1)
 		if !r.d.Server.enter(caller) {
 			return refuse(Errorf(CodeBusy, "busy: %d calls from you are already running or waiting here", MaxCallsPerCaller))
 		}

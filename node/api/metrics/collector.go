@@ -75,6 +75,9 @@ var (
 	descCallsRelayedAgain = prometheus.NewDesc("tribe_call_relayed_again_total",
 		"Targets a relay did not hand this node's call to (it could not reach them, or went away), sent the call directly after.",
 		nil, nil)
+	descOrdersRun = prometheus.NewDesc("tribe_orders_run_total",
+		"Orders (calls in a fan-out through relays, signed by their caller) this node took and ran.",
+		nil, nil)
 	descOrdersAnsweredAgain = prometheus.NewDesc("tribe_orders_answered_again_total",
 		"Orders (calls handed on by relays) that came to this node again after it had run them, answered with the answer it kept: the first answer was lost on the way.",
 		nil, nil)
@@ -92,7 +95,7 @@ func newCollector(src Source) prometheus.Collector { return collector{src} }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInfo, descPeers, descHealth, descProbesLate, descProbes, descClaims, descRefuted, descEntries, descNodes, descAdmission, descRejected,
-		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCallsRelayed, descCallsRelayedAgain, descOrdersAnsweredAgain, descCommits, descPlugins} {
+		descDropped, descPubsub, descPubsubRecv, descDuplicates, descPulls, descPullsFailed, descRounds, descSyncBytes, descFetched, descApplied, descShared, descRelayed, descRelinks, descJoinRedials, descCallDialRetries, descCallsRelayed, descCallsRelayedAgain, descOrdersRun, descOrdersAnsweredAgain, descCommits, descPlugins} {
 		ch <- d
 	}
 }
@@ -146,6 +149,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCallDialRetries, s.CallDialRetries)
 	counter(descCallsRelayed, s.CallsRelayed)
 	counter(descCallsRelayedAgain, s.CallsRelayedAgain)
+	counter(descOrdersRun, s.OrdersRun)
 	counter(descOrdersAnsweredAgain, s.OrdersAnsweredAgain)
 	counter(descRounds, s.Sync.Rounds)
 	counter(descSyncBytes, s.Sync.BytesSent, "sent")

@@ -103,9 +103,10 @@ type Snapshot struct {
 	// relay; CallsRelayedAgain those a relay did not hand the call to,
 	// sent to them directly after.
 	CallsRelayed, CallsRelayedAgain int64
-	// OrdersAnsweredAgain is orders this node ran that came again (their
-	// answer lost on the way), answered with the answer it kept.
-	OrdersAnsweredAgain int64
+	// OrdersRun is the orders this node ran; OrdersAnsweredAgain those
+	// that came again (their answer lost on the way), answered with the
+	// answer it kept.
+	OrdersRun, OrdersAnsweredAgain int64
 }
 
 // Pubsub is what pubsub sent and received, by part (rpc, message, ihave,

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -66,15 +68,24 @@ func relayPlan(targets []callTarget, self peer.ID, connected func(peer.ID) bool,
 // last to relays that dial. What is left is called directly.
 const relayRounds = 3
 
+// relayGather is how long the targets relays hand back are gathered
+// before they are handed out again, together: a relay in near mode notes
+// the targets it holds no connection to as soon as it reads the order.
+const relayGather = 100 * time.Millisecond
+
 // callThrough makes the call req to far, the targets this node holds no
-// connection to, through relays (connected targets), in rounds: each
-// round hands every target not reached yet to another relay, under one
-// order ID (a target runs it once, however often it is handed it). Then
-// it sends the order directly to the targets still not reached. The
-// targets in near, connected ones, get the order directly meanwhile: an
-// order runs once and its answer is kept, so one lost on the way (a
-// stream that broke, a target slow to answer on a melted fleet) is asked
-// for again, where a call's could not be. It hands each answer to record.
+// connection to, through relays (connected targets), in rounds: a target
+// a relay hands back (it could not reach it) goes to another relay of
+// the next round, and after the last round gets the order directly, under
+// one order ID (a target runs it once, however often it is handed it).
+// Targets move on as soon as they are handed back, not when every relay
+// of their round is done: on a melted fleet one relay's slow target held
+// a round, and every target of the rounds behind it, until the call's
+// deadline. The targets in near, connected ones, get the order directly
+// meanwhile: an order runs once and its answer is kept, so one lost on
+// the way (a stream that broke, a target slow to answer on a melted
+// fleet) is asked for again, where a call's could not be. It hands each
+// answer to record.
 func (n *Node) callThrough(ctx context.Context, near, far []callTarget, relays []peer.ID, req plugins.Request, record func(callTarget, plugins.Response)) {
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -88,51 +99,117 @@ func (n *Node) callThrough(ctx context.Context, near, far []callTarget, relays [
 	for _, t := range far { // distinct nodes (callTargets)
 		byID[t.id] = t
 	}
-	pending := far
-	for round := range relayRounds {
-		if len(pending) == 0 || ctx.Err() != nil {
-			break
+	relay := func(round int, via peer.ID, targets []callTarget, back func(callTarget)) {
+		o := proto
+		for _, t := range targets {
+			o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
 		}
-		// Each round a target meets another relay: the relays turn by
-		// one group.
-		turn := round * ((len(relays) + relayRounds - 1) / relayRounds) % len(relays)
-		groups, left := shareOut(pending, append(relays[turn:len(relays):len(relays)], relays[:turn]...))
-		var (
-			mu   sync.Mutex
-			next = left
-			wg   sync.WaitGroup
-		)
-		for _, g := range groups {
-			o := proto
-			for _, t := range g.targets {
-				o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
+		sealed, err := plugins.SealOrder(&o, n.key)
+		if err != nil {
+			for _, t := range targets {
+				record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
 			}
-			sealed, err := plugins.SealOrder(&o, n.key)
-			if err != nil {
-				for _, t := range g.targets {
-					record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
-				}
-				continue
-			}
-			wg.Go(func() {
-				n.caller.Relay(ctx, g.via, &o, sealed, round == relayRounds-1, func(oc plugins.RelayOutcome) {
-					t := byID[oc.Node]
-					if oc.Again {
-						mu.Lock()
-						next = append(next, t)
-						mu.Unlock()
-						return
-					}
-					n.callsRelayed.Add(1)
-					record(t, oc.Response)
-				})
-			})
+			return
 		}
-		wg.Wait()
-		pending = next
+		n.caller.Relay(ctx, via, &o, sealed, round == relayRounds-1, func(oc plugins.RelayOutcome) {
+			t := byID[oc.Node]
+			if oc.Again {
+				back(t)
+				return
+			}
+			n.callsRelayed.Add(1)
+			record(t, oc.Response)
+		})
 	}
-	// Straight to the targets no relay reached, under the same ID.
-	n.sendOrders(ctx, proto, pending, record, true)
+	scheduleRelays(ctx, far, relays, relay, func(ts []callTarget) {
+		// Straight to the targets no relay reached, under the same ID
+		// (with the call's time up, that records each as timed out).
+		again := ctx.Err() == nil
+		direct.Go(func() { n.sendOrders(ctx, proto, ts, record, again) })
+	})
+}
+
+// scheduleRelays hands the targets far out to relays in rounds (relay
+// makes one hand-off, and calls back with each target it hands back),
+// each target handed back going to another relay of the next round,
+// after relayGather with the others handed back meanwhile, and after the
+// last round (or once ctx ended) to direct. It returns when every
+// hand-off has ended and nothing waits.
+func scheduleRelays(ctx context.Context, far []callTarget, relays []peer.ID,
+	relay func(round int, via peer.ID, targets []callTarget, back func(callTarget)), direct func([]callTarget)) {
+	type back struct {
+		t     callTarget
+		round int // the round it goes to
+	}
+	var (
+		backs   = make(chan back, len(far)) // a target is in one place at a time
+		done    = make(chan struct{})
+		streams int                           // hand-offs in flight
+		waiting [relayRounds + 1][]callTarget // handed back, by the round they go to (the last: direct)
+		next    [relayRounds]int              // each round's next relay
+	)
+	// Each round a target meets another relay: the rounds start a third
+	// of the relays apart.
+	for r := range relayRounds {
+		next[r] = r * ((len(relays) + relayRounds - 1) / relayRounds)
+	}
+	met := map[peer.ID][]peer.ID{} // target: the relays it was handed to
+	handOut := func(round int, targets []callTarget) {
+		groups, left, from := assign(targets, relays, next[round], func(t callTarget, via peer.ID) bool {
+			return slices.Contains(met[t.id], via)
+		})
+		next[round] = from
+		for _, t := range left {
+			backs <- back{t, round + 1}
+		}
+		for _, g := range groups {
+			for _, t := range g.targets {
+				met[t.id] = append(met[t.id], g.via)
+			}
+		}
+		for _, g := range groups {
+			streams++
+			go func() {
+				defer func() { done <- struct{}{} }()
+				relay(round, g.via, g.targets, func(t callTarget) { backs <- back{t, round + 1} })
+			}()
+		}
+	}
+	flush := func() {
+		for r, ts := range waiting {
+			waiting[r] = nil
+			switch {
+			case len(ts) == 0:
+			case r < relayRounds && ctx.Err() == nil:
+				handOut(r, ts)
+			default:
+				direct(ts)
+			}
+		}
+	}
+	handOut(0, far)
+	var gather <-chan time.Time
+	for {
+		if streams == 0 && len(backs) == 0 {
+			if !slices.ContainsFunc(waiting[:], func(ts []callTarget) bool { return len(ts) > 0 }) {
+				return
+			}
+			flush() // nothing else to wait for
+			continue
+		}
+		select {
+		case b := <-backs:
+			waiting[b.round] = append(waiting[b.round], b.t)
+			if gather == nil {
+				gather = time.After(relayGather)
+			}
+		case <-gather:
+			gather = nil
+			flush()
+		case <-done:
+			streams--
+		}
+	}
 }
 
 // sendOrders sends the order proto to each of targets directly, in
@@ -163,20 +240,46 @@ func (n *Node) sendOrders(ctx context.Context, proto plugins.Order, targets []ca
 	}
 }
 
-// shareOut hands targets to relays in equal shares, at least
-// relayMinBatch and at most relayBatch each, and returns what is left past
-// that.
-func shareOut(targets []callTarget, relays []peer.ID) (groups []relayGroup, left []callTarget) {
+// assign hands targets to relays in equal shares of at least
+// relayMinBatch and at most relayBatch, filling the relays in turn from
+// relays[from] and passing over, for each target, the relays it met
+// before; it returns the groups, the targets left past that, and where
+// the next assignment starts.
+func assign(targets []callTarget, relays []peer.ID, from int, met func(callTarget, peer.ID) bool) (groups []relayGroup, left []callTarget, next int) {
+	if len(relays) == 0 {
+		return nil, targets, from
+	}
 	per := min(relayBatch, max(relayMinBatch, (len(targets)+len(relays)-1)/len(relays)))
-	for _, r := range relays {
-		if len(targets) == 0 {
+	at := map[peer.ID]int{} // relay: its group
+	for _, t := range targets {
+		placed := false
+		for k := range len(relays) {
+			via := relays[(from+k)%len(relays)]
+			i, ok := at[via]
+			if (ok && len(groups[i].targets) >= per) || met(t, via) {
+				continue
+			}
+			if !ok {
+				i = len(groups)
+				at[via] = i
+				groups = append(groups, relayGroup{via: via})
+			}
+			groups[i].targets = append(groups[i].targets, t)
+			placed = true
 			break
 		}
-		k := min(per, len(targets))
-		groups = append(groups, relayGroup{via: r, targets: targets[:k:k]})
-		targets = targets[k:]
+		if !placed {
+			left = append(left, t)
+		}
+		// The relay whose turn it is passes the turn on once full.
+		for range len(relays) {
+			if i, ok := at[relays[from%len(relays)]]; !ok || len(groups[i].targets) < per {
+				break
+			}
+			from++
+		}
 	}
-	return groups, targets
+	return groups, left, from
 }
 
 // orderEach sends the order o (sealed) to each of targets directly.

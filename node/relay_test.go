@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -80,7 +83,7 @@ func TestRelayPlan(t *testing.T) {
 		{"at least relayMinBatch each", 6, 4, []int{4, 2}, 0},
 		{"at most relayBatch each", 200, 2, []int{relayBatch, relayBatch}, 200 - 2*relayBatch},
 	} {
-		groups, left := shareOut(targets(far(c.targets)...), relays(c.relays))
+		groups, left, _ := assign(targets(far(c.targets)...), relays(c.relays), 0, func(callTarget, peer.ID) bool { return false })
 		var per []int
 		seen := map[string]bool{}
 		for _, g := range groups {
@@ -95,6 +98,17 @@ func TestRelayPlan(t *testing.T) {
 		if !slices.Equal(per, c.per) || len(left) != c.left || len(seen) != c.targets {
 			t.Errorf("%s: groups %v, %d left, %d of %d targets; want %v, %d", c.name, per, len(left), len(seen), c.targets, c.per, c.left)
 		}
+	}
+
+	// A target is not handed to a relay it met before: each met c0, so
+	// c1 and c2 take them all, and the turn goes on from there.
+	groups, left, next := assign(targets(far(8)...), relays(3), 0, func(_ callTarget, via peer.ID) bool { return via == id("c0") })
+	var got []string
+	for _, g := range groups {
+		got = append(got, fmt.Sprintf("%s:%d", string(g.via), len(g.targets)))
+	}
+	if !slices.Equal(got, []string{"c1:4", "c2:4"}) || len(left) != 0 || next%3 != 0 {
+		t.Errorf("with c0 met by all: groups %v, %d left, next %d", got, len(left), next)
 	}
 }
 
@@ -166,5 +180,104 @@ func TestFanOutThroughARelay(t *testing.T) {
 	}
 	if n := a.callConnsClosed.Load(); n != 0 {
 		t.Errorf("a opened and closed %d connections for the call", n)
+	}
+}
+
+// schedTargets are n far targets t0, t1, ... and k relays r0, r1, ...
+func schedTargets(n, k int) ([]callTarget, []peer.ID) {
+	var ts []callTarget
+	for i := range n {
+		ts = append(ts, callTarget{id: peer.ID(fmt.Sprintf("t%d", i)), name: fmt.Sprintf("t%d", i)})
+	}
+	var rs []peer.ID
+	for i := range k {
+		rs = append(rs, peer.ID(fmt.Sprintf("r%d", i)))
+	}
+	return ts, rs
+}
+
+// A target no relay reaches goes through every round, each time to
+// another relay, the last round's in dial mode, then directly, once.
+func TestScheduleRelaysHandsBackThroughEveryRound(t *testing.T) {
+	far, relays := schedTargets(12, 6)
+	var (
+		mu     sync.Mutex
+		seenBy = map[peer.ID][]string{} // target: "round/relay" it was handed to
+		direct = map[peer.ID]int{}
+	)
+	scheduleRelays(context.Background(), far, relays, func(round int, via peer.ID, ts []callTarget, back func(callTarget)) {
+		for _, tg := range ts {
+			mu.Lock()
+			seenBy[tg.id] = append(seenBy[tg.id], fmt.Sprintf("%d/%s", round, via))
+			mu.Unlock()
+			back(tg)
+		}
+	}, func(ts []callTarget) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, tg := range ts {
+			direct[tg.id]++
+		}
+	})
+	for _, tg := range far {
+		hops := seenBy[tg.id]
+		if len(hops) != relayRounds || direct[tg.id] != 1 {
+			t.Fatalf("%s: handed to %v, directly %d times; want %d rounds, then once directly", tg.id, hops, direct[tg.id], relayRounds)
+		}
+		vias := map[string]bool{}
+		for r, h := range hops {
+			round, via, _ := strings.Cut(h, "/")
+			if round != fmt.Sprint(r) {
+				t.Fatalf("%s: handed out in the order %v", tg.id, hops)
+			}
+			vias[via] = true
+		}
+		if len(vias) != relayRounds {
+			t.Errorf("%s: handed to the same relay twice: %v", tg.id, hops)
+		}
+	}
+}
+
+// A target a relay hands back goes on to the next round at once, while
+// other relays of its round still hold theirs: on a melted fleet one slow
+// target used to hold every round behind it until the call's deadline.
+func TestScheduleRelaysDoesNotWaitForASlowRelay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	far, relays := schedTargets(8, 2) // r0 and r1 take 4 each in round 0
+	release := make(chan struct{})
+	var (
+		mu       sync.Mutex
+		answered = map[peer.ID]int{}
+	)
+	scheduleRelays(ctx, far, relays, func(round int, via peer.ID, ts []callTarget, back func(callTarget)) {
+		switch {
+		case round == 0 && via == "r0":
+			// Holds its targets until a target r1 handed back has
+			// been answered in the next round.
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		case round == 0:
+			for _, tg := range ts {
+				back(tg)
+			}
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, tg := range ts {
+			answered[tg.id]++
+			if round == 1 && len(answered) == len(far)/2 {
+				close(release)
+			}
+		}
+	}, func(ts []callTarget) { t.Errorf("sent directly: %v", ts) })
+	if ctx.Err() != nil {
+		t.Fatal("the slow relay held the next round until the deadline")
+	}
+	if len(answered) != len(far) {
+		t.Fatalf("answered %v", answered)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 
 	"github.com/tribeagent/tribe/internal/syncbuf"
 	"github.com/tribeagent/tribe/keys"
@@ -173,6 +174,37 @@ func TestJoinPeerSilentIsDialledAgain(t *testing.T) {
 	}
 	if j := joinOf(t, n); j.State != api.JoinConnected && j.State != api.JoinConnecting {
 		t.Fatalf("join status after the redial: %+v", j)
+	}
+}
+
+// A join peer whose connection stands though the dial gave up (identify
+// not done by the deadline: here a host that never answers it) is waited
+// on for a hello like any connected one, and dialled again once
+// joinUnheard has passed; it used to stay "unreachable", connected, and
+// never be dialled again.
+func TestJoinPeerWhoseIdentifyTimedOutIsDialledAgain(t *testing.T) {
+	old := joinDialTimeout
+	joinDialTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { joinDialTimeout = old })
+	h := listeningHost(t)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	h.SetStreamHandler(identify.ID, func(s network.Stream) { <-stuck; s.Reset() })
+	var conns atomic.Int32
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) { conns.Add(1) }})
+
+	var offset atomic.Int64 // the node's clock runs ahead of the real one by this
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	c := loopbackConfig(t, "a")
+	c.Join = []string{h.Addrs()[0].String() + "/p2p/" + h.ID().String()}
+	n := startNodeDeps(t, c, Deps{Now: clock})
+	waitFor(t, "the node's dial to give up on identify, connected", func() bool {
+		return joinOf(t, n).State == api.JoinConnected && conns.Load() == 1
+	})
+	offset.Store(int64(joinUnheard))
+	waitFor(t, "the node to dial its join peer again", func() bool { return conns.Load() >= 2 })
+	if n.joinRedials.Load() < 1 {
+		t.Fatalf("redialled without counting it")
 	}
 }
 

@@ -100,18 +100,11 @@ func (n *Node) callThrough(ctx context.Context, near, far []callTarget, relays [
 		byID[t.id] = t
 	}
 	relay := func(round int, via peer.ID, targets []callTarget, back func(callTarget)) {
-		o := proto
-		for _, t := range targets {
-			o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
-		}
-		sealed, err := plugins.SealOrder(&o, n.key)
-		if err != nil {
-			for _, t := range targets {
-				record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
-			}
+		o, sealed, ok := n.sealOrder(proto, targets, record)
+		if !ok {
 			return
 		}
-		n.caller.Relay(ctx, via, &o, sealed, round == relayRounds-1, func(oc plugins.RelayOutcome) {
+		n.caller.Relay(ctx, via, o, sealed, round == relayRounds-1, func(oc plugins.RelayOutcome) {
 			t := byID[oc.Node]
 			if oc.Again {
 				back(t)
@@ -222,21 +215,14 @@ func (n *Node) sendOrders(ctx context.Context, proto plugins.Order, targets []ca
 		k := min(len(targets), plugins.MaxOrderTargets)
 		chunk := targets[:k]
 		targets = targets[k:]
-		o := proto
-		for _, t := range chunk {
-			o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
-		}
-		sealed, err := plugins.SealOrder(&o, n.key)
-		if err != nil {
-			for _, t := range chunk {
-				record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
-			}
+		o, sealed, ok := n.sealOrder(proto, chunk, record)
+		if !ok {
 			continue
 		}
 		if again {
 			n.callsRelayedAgain.Add(int64(len(chunk)))
 		}
-		wg.Go(func() { n.orderEach(ctx, &o, sealed, chunk, record) })
+		wg.Go(func() { n.orderEach(ctx, o, sealed, chunk, record) })
 	}
 }
 
@@ -280,6 +266,23 @@ func assign(targets []callTarget, relays []peer.ID, from int, met func(callTarge
 		}
 	}
 	return groups, left, from
+}
+
+// sealOrder is proto for targets, signed by this node; if it cannot be
+// signed, each target is recorded failed.
+func (n *Node) sealOrder(proto plugins.Order, targets []callTarget, record func(callTarget, plugins.Response)) (*plugins.Order, []byte, bool) {
+	o := proto
+	for _, t := range targets {
+		o.Targets = append(o.Targets, plugins.OrderTarget{Node: t.id, Tribe: t.tribe})
+	}
+	sealed, err := plugins.SealOrder(&o, n.key)
+	if err != nil {
+		for _, t := range targets {
+			record(t, plugins.Response{ID: o.ID, Code: plugins.CodeBadRequest, Error: err.Error()})
+		}
+		return nil, nil, false
+	}
+	return &o, sealed, true
 }
 
 // orderEach sends the order o (sealed) to each of targets directly.

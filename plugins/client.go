@@ -200,8 +200,14 @@ func openFailure(ctx context.Context, id string, err error) Response {
 // failed", basic_host.go, when the swarm has no connection left to open
 // the stream on): seen on a melted 200-agent fleet, where the callee's
 // connection manager or limits close connections as they come.
+//
+// A connection closed while the stream's protocol was negotiated (a
+// network.ConnError: "failed to negotiate protocol: connection closed
+// (local)", seen on the same fleet when this node closed a connection
+// another exchange had opened) sent nothing either.
 func connLostBeforeStream(err error) bool {
-	return err != nil && err.Error() == "connection failed"
+	var closed *network.ConnError
+	return err != nil && (err.Error() == "connection failed" || errors.As(err, &closed))
 }
 
 // dialTimedOut reports a dial error from a deadline inside the dial (an

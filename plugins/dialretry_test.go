@@ -356,7 +356,8 @@ func TestRetakeGivesBackASlotAsTheContextEnds(t *testing.T) {
 // A call whose stream did not open is made again only when nothing can
 // have been sent and the failure may pass: a dial that timed out, or a
 // connection closed before the stream opened (what libp2p's basic host
-// reports as "connection failed"); never a refusal or a limit.
+// reports as "connection failed", or as the connection's close while it
+// negotiated the stream's protocol); never a refusal or a limit.
 func TestOpenFailureMarksWhatMayBeTriedAgain(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 	for _, c := range []struct {
@@ -366,6 +367,8 @@ func TestOpenFailureMarksWhatMayBeTriedAgain(t *testing.T) {
 	}{
 		{fmt.Errorf("failed to dial: %w", context.DeadlineExceeded), true, CodeUnreachable},
 		{errors.New("connection failed"), true, CodeUnreachable},
+		{fmt.Errorf("failed to negotiate protocol: %w", &network.ConnError{}), true, CodeUnreachable},
+		{fmt.Errorf("failed to negotiate protocol: %w", errors.New("protocols not supported")), false, CodeUnreachable},
 		{refused, false, CodeUnreachable},
 		{fmt.Errorf("%w: streams", network.ErrResourceLimitExceeded), false, CodeBusy},
 	} {

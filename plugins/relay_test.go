@@ -452,6 +452,19 @@ func TestOrdersRememberedAreBoundedPerCaller(t *testing.T) {
 	}
 }
 
+// loseFirstAnswer makes n lose the answer of the first order it takes:
+// its stream breaks as n writes it.
+func loseFirstAnswer(n *relayNode) {
+	var streams atomic.Int64
+	n.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
+		if streams.Add(1) == 1 {
+			n.relay.handle(lossyStream{st})
+			return
+		}
+		n.relay.handle(st)
+	})
+}
+
 // lossyStream loses what is written to it: the stream breaks instead.
 type lossyStream struct{ network.Stream }
 
@@ -467,14 +480,7 @@ func TestOrderWhoseAnswerWasLostIsSentAgain(t *testing.T) {
 	c := newRelayNode(t, nil)
 	n := newRelayNode(t, nil, c.host.ID())
 	connect(t, c, n)
-	var streams atomic.Int64
-	n.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
-		if streams.Add(1) == 1 {
-			n.relay.handle(lossyStream{st})
-			return
-		}
-		n.relay.handle(st)
-	})
+	loseFirstAnswer(n)
 	o := order("lost", "count", "run", 10*time.Second, n)
 	sealed := seal(t, o, c.key())
 	var got Response
@@ -498,14 +504,7 @@ func TestRelayLostAnswerIsSentAgain(t *testing.T) {
 	n := newRelayNode(t, nil, c.host.ID())
 	knows(r, n)
 	connect(t, c, r)
-	var streams atomic.Int64
-	n.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
-		if streams.Add(1) == 1 {
-			n.relay.handle(lossyStream{st})
-			return
-		}
-		n.relay.handle(st)
-	})
+	loseFirstAnswer(n)
 	o := order("lost", "count", "run", 10*time.Second, n)
 	sealed := seal(t, o, c.key())
 	oc := relayAll(c, r, o, sealed)[n.host.ID()]

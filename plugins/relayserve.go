@@ -305,7 +305,13 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 			return refuse(err)
 		}
 		if before != nil {
+			// Waiting for the first run holds one of the caller's
+			// slots: a caller cannot park unbounded streams on it.
+			if !r.d.Server.enter(caller) {
+				return refuse(Errorf(CodeBusy, "busy: %d calls from you are already running or waiting here", MaxCallsPerCaller))
+			}
 			b, err := r.again(ctx, before)
+			r.d.Server.leave(caller)
 			if err != nil {
 				return refuse(err)
 			}

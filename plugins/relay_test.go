@@ -214,7 +214,8 @@ func TestOrderAgainWaitsForTheFirstRun(t *testing.T) {
 	for range 2 {
 		go func() { answers <- c.caller.Order(context.Background(), n.host.ID(), o, sealed) }()
 	}
-	for n.runs.Load() == 0 {
+	// Both in: the first running, the second waiting for it.
+	for n.runs.Load() == 0 || n.server.InFlight(c.host.ID()) < 2 {
 		time.Sleep(time.Millisecond)
 	}
 	close(gate)

@@ -520,3 +520,34 @@ func TestRelayLostAnswerIsSentAgain(t *testing.T) {
 		t.Fatalf("the order ran %d times", runs)
 	}
 }
+
+// The budget for kept answers comes back as orders pass their deadlines:
+// a node whose budget was spent keeps the next answer once the orders
+// that spent it are past.
+func TestKeptAnswersBudgetIsFreedByDeadlines(t *testing.T) {
+	r := NewRelay(RelayDeps{})
+	now := time.Now()
+	soon := now.Add(time.Minute).UnixMilli()
+	answer := make([]byte, maxKeptAnswer)
+	for i := range maxKeptAnswers / maxKeptAnswer {
+		key := fmt.Sprint("c/", i)
+		if _, err := r.take(peer.ID(fmt.Sprint("c", i%8)), key, soon, now, true); err != nil {
+			t.Fatal(err)
+		}
+		r.answered(key, answer, now)
+	}
+	if _, err := r.take("d", "d/1", now.Add(5*time.Minute).UnixMilli(), now, true); err != nil {
+		t.Fatal(err)
+	}
+	r.answered("d/1", answer, now)
+	if r.ran["d/1"].answer != nil {
+		t.Fatal("an answer kept past the budget")
+	}
+	if _, err := r.take("d", "d/2", now.Add(5*time.Minute).UnixMilli(), now, true); err != nil {
+		t.Fatal(err)
+	}
+	r.answered("d/2", answer, now.Add(2*time.Minute)) // the first orders are past
+	if r.ran["d/2"].answer == nil || r.kept != maxKeptAnswer {
+		t.Fatalf("after the deadlines: answer kept %v, %d bytes kept", r.ran["d/2"].answer != nil, r.kept)
+	}
+}

@@ -53,8 +53,8 @@ type Relay struct {
 	ran   map[string]*taken // orders taken ("caller/id"; "r/" and the envelope's hash for relaying)
 	takes map[peer.ID]int   // entries of ran by caller
 	kept  int               // bytes of the answers ran holds
-	// ran counts the orders run here, answersAgain those answered again
-	// with the answer kept.
+	// runs counts the orders run here, answersAgain those answered
+	// again with the answer kept.
 	runs, answersAgain atomic.Int64
 	// relaying bounds the orders relayed at once, in all and per caller.
 	relaying *slots.Slots
@@ -200,16 +200,7 @@ func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time, 
 		return t, nil
 	}
 	if len(r.ran) >= maxRemembered || r.takes[caller] >= maxRememberedPerCaller {
-		ms := now.UnixMilli()
-		for k, t := range r.ran {
-			if t.deadline < ms {
-				delete(r.ran, k)
-				r.kept -= len(t.answer)
-				if r.takes[t.caller]--; r.takes[t.caller] <= 0 {
-					delete(r.takes, t.caller)
-				}
-			}
-		}
+		r.forget(now)
 		if len(r.ran) >= maxRemembered || r.takes[caller] >= maxRememberedPerCaller {
 			return nil, Errorf(CodeBusy, "busy: %d orders in flight here, %d of them yours", len(r.ran), r.takes[caller])
 		}
@@ -223,14 +214,33 @@ func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time, 
 	return nil, nil
 }
 
+// forget drops the orders whose deadlines passed by now, with their
+// answers. r.mu is held.
+func (r *Relay) forget(now time.Time) {
+	ms := now.UnixMilli()
+	for k, t := range r.ran {
+		if t.deadline < ms {
+			delete(r.ran, k)
+			r.kept -= len(t.answer)
+			if r.takes[t.caller]--; r.takes[t.caller] <= 0 {
+				delete(r.takes, t.caller)
+			}
+		}
+	}
+}
+
 // answered keeps b, the answer frame of the order taken as key, if it is
-// small enough and the budget allows, and wakes whoever waits for it.
-func (r *Relay) answered(key string, b []byte) {
+// small enough and the budget allows (the answers of orders past their
+// deadlines dropped first), and wakes whoever waits for it.
+func (r *Relay) answered(key string, b []byte, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.ran[key]
 	if t == nil || t.done == nil {
 		return
+	}
+	if len(b) <= maxKeptAnswer && r.kept+len(b) > maxKeptAnswers {
+		r.forget(now)
 	}
 	if len(b) <= maxKeptAnswer && r.kept+len(b) <= maxKeptAnswers {
 		t.answer = b
@@ -298,6 +308,14 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 			// take no room from the members'.
 			return refuse(Errorf(CodeUnauthorized, "the order's caller %s does not count here (no trusted writer admitted it)", caller))
 		}
+		// A run, or a wait for the first run's answer, holds one of the
+		// caller's slots: a caller cannot park unbounded streams here.
+		// Taken before the order is remembered: an order refused busy
+		// may come again and run.
+		if !r.d.Server.enter(caller) {
+			return refuse(Errorf(CodeBusy, "busy: %d calls from you are already running or waiting here", MaxCallsPerCaller))
+		}
+		defer r.d.Server.leave(caller)
 		ctx, cancel := context.WithDeadline(r.ctx, time.UnixMilli(o.Deadline))
 		defer cancel()
 		before, err := r.take(caller, key, o.Deadline, now, true)
@@ -305,13 +323,7 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 			return refuse(err)
 		}
 		if before != nil {
-			// Waiting for the first run holds one of the caller's
-			// slots: a caller cannot park unbounded streams on it.
-			if !r.d.Server.enter(caller) {
-				return refuse(Errorf(CodeBusy, "busy: %d calls from you are already running or waiting here", MaxCallsPerCaller))
-			}
 			b, err := r.again(ctx, before)
-			r.d.Server.leave(caller)
 			if err != nil {
 				return refuse(err)
 			}
@@ -320,10 +332,6 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 		}
 		ran = true
 		r.runs.Add(1)
-		if !r.d.Server.enter(caller) {
-			return refuse(Errorf(CodeBusy, "busy: %d calls from you are already running or waiting here", MaxCallsPerCaller))
-		}
-		defer r.d.Server.leave(caller)
 		req := o.Request(t)
 		req.Deadline = max(1, o.Until(now).Milliseconds())
 		return r.d.Server.Serve(ctx, caller, req)
@@ -338,7 +346,7 @@ func (r *Relay) answer(o *Order, caller peer.ID) []byte {
 			Duration: resp.Duration, Error: "the plugin returned a result that is not JSON: " + err.Error()}}, r.d.Key)
 	}
 	if ran {
-		r.answered(key, b)
+		r.answered(key, b, time.Now())
 	}
 	return b
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -201,13 +202,15 @@ func openFailure(ctx context.Context, id string, err error) Response {
 // the stream on): seen on a melted 200-agent fleet, where the callee's
 // connection manager or limits close connections as they come.
 //
-// A connection closed while the stream's protocol was negotiated (a
-// network.ConnError: "failed to negotiate protocol: connection closed
-// (local)", seen on the same fleet when this node closed a connection
-// another exchange had opened) sent nothing either.
+// A connection closed while the stream's protocol was negotiated sent
+// nothing either: a network.ConnError ("failed to negotiate protocol:
+// connection closed (local)", seen on the same fleet when this node
+// closed a connection another exchange had opened), or a connection that
+// was gone when the stream was opened on it (QUIC's stateless reset or
+// idle timeout, seen there too, and the like: net.ErrClosed).
 func connLostBeforeStream(err error) bool {
 	var closed *network.ConnError
-	return err != nil && (err.Error() == "connection failed" || errors.As(err, &closed))
+	return err != nil && (err.Error() == "connection failed" || errors.As(err, &closed) || errors.Is(err, net.ErrClosed))
 }
 
 // dialTimedOut reports a dial error from a deadline inside the dial (an

@@ -19,6 +19,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/quic-go/quic-go"
 )
 
 // stallProxy stands between a caller and a callee on loopback: the first
@@ -368,6 +369,8 @@ func TestOpenFailureMarksWhatMayBeTriedAgain(t *testing.T) {
 		{fmt.Errorf("failed to dial: %w", context.DeadlineExceeded), true, CodeUnreachable},
 		{errors.New("connection failed"), true, CodeUnreachable},
 		{fmt.Errorf("failed to negotiate protocol: %w", &network.ConnError{}), true, CodeUnreachable},
+		{fmt.Errorf("failed to negotiate protocol: %w", &quic.StatelessResetError{}), true, CodeUnreachable},
+		{fmt.Errorf("failed to open stream: %w", &quic.IdleTimeoutError{}), true, CodeUnreachable},
 		{fmt.Errorf("failed to negotiate protocol: %w", errors.New("protocols not supported")), false, CodeUnreachable},
 		{refused, false, CodeUnreachable},
 		{fmt.Errorf("%w: streams", network.ErrResourceLimitExceeded), false, CodeBusy},

@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // relayNode is a real host on loopback serving calls (echo, and count,
@@ -494,6 +495,43 @@ func TestOrderWhoseAnswerWasLostIsSentAgain(t *testing.T) {
 	if runs, answered := n.runs.Load(), n.relay.AnsweredAgain(); runs != 1 || answered != 1 {
 		t.Fatalf("ran %d times, answered again %d times", runs, answered)
 	}
+}
+
+// An order this node could not write (its stream or connection broke as
+// it was sent) is sent again within the call's deadline: the target runs
+// it once.
+func TestOrderNotSentIsSentAgain(t *testing.T) {
+	c := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	connect(t, c, n)
+	caller := NewCaller(&breakFirstWrite{Host: c.host}, 0)
+	t.Cleanup(func() { caller.Close() })
+	o := order("unsent", "count", "run", 10*time.Second, n)
+	sealed := seal(t, o, c.key())
+	var got Response
+	again := FanOut(context.Background(), []peer.ID{n.host.ID()}, 1, func(ctx context.Context, p peer.ID) Response {
+		return caller.Order(ctx, p, o, sealed)
+	}, func(_ peer.ID, r Response) { got = r })
+	if !got.OK || string(got.Result) != "1" || again != 1 {
+		t.Fatalf("answer %+v after %d more sends", got, again)
+	}
+	if runs := n.runs.Load(); runs != 1 {
+		t.Fatalf("the order ran %d times", runs)
+	}
+}
+
+// breakFirstWrite is a host whose first stream breaks when written to.
+type breakFirstWrite struct {
+	host.Host
+	opened atomic.Int64
+}
+
+func (h *breakFirstWrite) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	st, err := h.Host.NewStream(ctx, p, pids...)
+	if err == nil && h.opened.Add(1) == 1 {
+		return lossyStream{st}, nil
+	}
+	return st, err
 }
 
 // A target whose answer the relay lost (the target's stream broke after

@@ -139,9 +139,10 @@ func (c *Caller) checkAnswer(body []byte, o *Order) (*Answer, peer.ID, error) {
 
 // Order sends the order o (sealed by this node) to p directly in
 // ModeServe, and returns p's answer. A dial waits for room in the dial
-// window, as a call's does. An answer lost on the way (the stream or its
-// connection broke) is marked to be asked for again: p runs the order
-// once, and answers the same order again with the answer it kept.
+// window, as a call's does. An order that could not be written, and an
+// answer lost on the way (the stream or its connection broke), are marked
+// to be sent again: p runs the order once, and answers the same order
+// again with the answer it kept.
 func (c *Caller) Order(ctx context.Context, p peer.ID, o *Order, sealed []byte) Response {
 	st, err := c.newStream(ctx, p, RelayProtocol)
 	if err != nil {
@@ -155,7 +156,9 @@ func (c *Caller) Order(ctx context.Context, p peer.ID, o *Order, sealed []byte) 
 		if r, ok := ctxFailure(ctx, o.ID); ok {
 			return r
 		}
-		return Response{ID: o.ID, Code: CodeUnreachable, Error: "sending the order: " + err.Error()}
+		// Sent again, it runs once all the same (FanOut does, while ctx
+		// lasts).
+		return Response{ID: o.ID, Code: CodeUnreachable, Error: "sending the order: " + err.Error(), again: true}
 	}
 	st.CloseWrite()
 	b, held, err := readFrame(bufio.NewReader(st), maxAnswerSize, st.Scope())

@@ -264,7 +264,7 @@ func waitEvery(t testing.TB, timeout, every time.Duration, what string, cond fun
 	}
 	// A benchmark keeps only its first lines of log: there, only a long
 	// wait is worth one.
-	if _, bench := t.(*testing.B); !bench || time.Since(start) > time.Second {
+	if _, bench := t.(*testing.B); !bench || time.Since(start) > 10*time.Second {
 		t.Logf("waited %v for %s", time.Since(start).Round(time.Millisecond), what)
 	}
 }

@@ -22,7 +22,7 @@ import (
 
 // madeUpRecord is the record rec of a node that exists only as a fresh
 // key, as anyone can make, signed as written at: its ID, key and entry.
-func madeUpRecord(t *testing.T, rec map[string]any, at time.Time) (peer.ID, crypto.PrivKey, *gossip.Signed) {
+func madeUpRecord(t testing.TB, rec map[string]any, at time.Time) (peer.ID, crypto.PrivKey, *gossip.Signed) {
 	t.Helper()
 	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {

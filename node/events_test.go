@@ -131,7 +131,7 @@ func TestStrangersRecordsHoldNothingBack(t *testing.T) {
 	if _, err := a.replica.Accept(last, gone.Raw); err != nil {
 		t.Fatal(err)
 	}
-	if _, cached := a.names.Load(last); cached {
-		t.Error("a deleted record's decoded name is still cached")
+	if _, cached := a.records.Load(nodesPrefix + last.String()); cached {
+		t.Error("a deleted record is still cached decoded")
 	}
 }

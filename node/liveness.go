@@ -3,6 +3,7 @@ package node
 import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/swim"
 )
 
@@ -36,17 +37,23 @@ func (n *Node) reaped(p peer.ID) bool {
 
 // view gathers what the liveness and reaping rules need about p.
 func (n *Node) view(p peer.ID) peerView {
+	id := p.String() // base58: once, not for each key
+	e, _ := n.replica.Get(nodesPrefix + id)
+	return n.viewAt(p, id, e)
+}
+
+// viewAt is view with p as text (id) and its record entry e (nil if it
+// has none) at hand.
+func (n *Node) viewAt(p peer.ID, id string, e *gossip.Signed) peerView {
 	var v peerView
 	v.swim, v.heard, v.known = n.swimView(p)
-	id := p.String() // base58: once, not for each key
-	e, ok := n.replica.Get(nodesPrefix + id)
-	if !v.known && ok && n.swim.d != nil {
+	if !v.known && e != nil && n.swim.d != nil {
 		n.swimMember(p)
 	}
-	if ok {
+	if e != nil {
 		v.record = e.HLC
-		if rec := n.nameIn(p, e); rec.Left {
-			v.leftAt = rec.LeftAt
+		if c, _ := n.recordAt(e); c.rec.Left {
+			v.leftAt = c.rec.LeftAt
 			if v.leftAt.IsZero() {
 				v.leftAt = e.HLC.Wall()
 			}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,9 +29,10 @@ func (n *Node) checkArrivingRecord(c gossip.Change) {
 	}
 	var rec nodeName
 	if c.New != nil && !c.New.Deleted {
-		json.Unmarshal(c.New.Value, &rec)
+		dec, _ := n.recordAt(c.New)
+		rec = dec.name()
 	} else {
-		n.names.Delete(id) // the decoded record goes with its entry
+		n.records.Delete(c.Key) // the decoded record goes with its entry
 	}
 	a := &n.auth
 	a.mu.Lock()
@@ -112,12 +112,9 @@ func (n *Node) nameHolder(rules authority.Rules, name string, except peer.ID) (p
 func (n *Node) allNames() map[peer.ID]nodeName {
 	out := map[peer.ID]nodeName{}
 	for _, e := range n.replica.Prefix(nodesPrefix) {
-		id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
-		var rec nodeName
-		if err != nil || json.Unmarshal(e.Value, &rec) != nil {
-			continue
+		if c, ok := n.recordAt(e); ok && !c.bad {
+			out[c.id] = c.name()
 		}
-		out[id] = rec
 	}
 	return out
 }

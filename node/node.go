@@ -183,7 +183,7 @@ type Node struct {
 	jobs      jobSet
 	calls     *plugins.Server
 	caller    *plugins.Caller // makes this node's calls, keeping streams open between them
-	names     sync.Map        // peer.ID -> cachedName (tribes.go)
+	records   sync.Map        // state key nodes/<peer> -> *cachedRecord (tribes.go)
 	auth      authState
 	events    *events.Hub // what `tribe watch` streams (events.go)
 	sheds     shedState   // newcomers turned away (shed.go)

@@ -323,10 +323,18 @@ func (n *Node) Facts(ctx context.Context, node string) (map[string]any, error) {
 
 // facts decodes a record's facts with whole numbers as ints.
 func (r nodeRecord) facts() policy.Facts {
-	if len(r.Facts) == 0 {
+	raw := r.Facts
+	if raw == nil && r.raw != nil {
+		var only struct {
+			Facts json.RawMessage `json:"facts"`
+		}
+		json.Unmarshal(r.raw, &only)
+		raw = only.Facts
+	}
+	if len(raw) == 0 {
 		return policy.Facts{}
 	}
-	f, err := policy.DecodeJSON(r.Facts)
+	f, err := policy.DecodeJSON(raw)
 	if err != nil {
 		return policy.Facts{}
 	}

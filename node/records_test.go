@@ -2,13 +2,18 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
@@ -211,4 +216,70 @@ func FuzzCheckRecord(f *testing.F) {
 		}
 		rec.facts()
 	})
+}
+
+// The fleet's views read each record decoded once (recordAt): a node
+// that writes a new record is shown by it, names and facts alike (a
+// `where` filter reads the facts the decoded record leaves in its entry),
+// and a record replaced or deleted leaves nothing of it behind.
+func TestNodesShowEachNodesLatestRecord(t *testing.T) {
+	ctx := context.Background()
+	a := startNode(t, loopbackConfig(t, "a"))
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := peer.IDFromPrivateKey(key)
+	var hlc gossip.HLC
+	write := func(rec map[string]any) {
+		t.Helper()
+		v, _ := json.Marshal(rec)
+		hlc = gossip.Next(hlc, time.Now())
+		s, err := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Value: v, HLC: hlc}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.replica.Accept(id, s.Raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := func(where string) []string {
+		t.Helper()
+		nodes, err := a.NodesWithFacts(ctx, where)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, nd := range nodes {
+			if nd.ID == id.String() {
+				out = append(out, fmt.Sprint(nd.Name, " ", nd.Facts["role"]))
+			}
+		}
+		return out
+	}
+	write(map[string]any{"name": "x1", "facts": map[string]any{"role": "web"}})
+	if got := listed(`facts.role == "web"`); !slices.Equal(got, []string{"x1 web"}) {
+		t.Fatalf("first record: %v", got)
+	}
+	write(map[string]any{"name": "x2", "facts": map[string]any{"role": "db"}})
+	if got := listed(`facts.role == "web"`); len(got) != 0 {
+		t.Fatalf("the replaced record's facts still match: %v", got)
+	}
+	if got := listed(""); !slices.Equal(got, []string{"x2 db"}) {
+		t.Fatalf("second record: %v", got)
+	}
+	if rec, ok := a.nodeNamed(id); !ok || rec.Name != "x2" {
+		t.Fatalf("named %+v %v, want x2", rec, ok)
+	}
+	hlc = gossip.Next(hlc, time.Now().Add(gossip.PendingRewrite))
+	gone, _ := gossip.Sign(gossip.Entry{Key: nodesPrefix + id.String(), Deleted: true, HLC: hlc}, key)
+	if _, err := a.replica.Accept(id, gone.Raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(""); len(got) != 0 {
+		t.Fatalf("a deleted record listed: %v", got)
+	}
+	if _, kept := a.records.Load(nodesPrefix + id.String()); kept {
+		t.Error("a deleted record is still kept decoded")
+	}
 }

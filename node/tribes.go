@@ -404,16 +404,27 @@ func (n *Node) tribes() map[string]*tribeView {
 }
 
 func (n *Node) members(v *tribeView) []api.Member {
-	recs := n.nodeRecords()
 	out := []api.Member{}
+	self, now, reconnect := n.host.ID(), n.now(), n.settings().reconnectTimeout
 	for id, via := range v.members {
-		if n.reaped(id) {
-			continue
+		idStr := id.String()
+		e, _ := n.replica.Get(nodesPrefix + idStr)
+		var c cachedRecord
+		if e != nil {
+			c, _ = n.recordAt(e)
+		}
+		alive := true
+		if id != self {
+			pv := n.viewAt(id, idStr, e)
+			if pv.reaped(now, reconnect) {
+				continue
+			}
+			alive = pv.state() == Alive
 		}
 		slices.Sort(via)
-		out = append(out, api.Member{ID: id.String(), Name: recs[id].Name, Alive: n.liveness(id) == Alive, Via: via})
+		out = append(out, api.Member{ID: idStr, Name: c.rec.Name, Alive: alive, Via: via})
 	}
-	slices.SortFunc(out, func(a, b api.Member) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
+	slices.SortFunc(out, func(a, b api.Member) int { return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.ID, b.ID)) })
 	return out
 }
 

@@ -225,7 +225,8 @@ func (n *Node) nodeRecords() map[peer.ID]nodeRecord {
 
 // cachedRecord is a node's record entry decoded: its peer (and that as a
 // string), and the record without its facts (nodeRecord.facts reads them
-// from the entry when asked). bad: the record did not decode whole.
+// from the entry when asked). bad: the record did not decode whole. Every
+// reader shares the record's slices and maps: read them, never change them.
 type cachedRecord struct {
 	entry *gossip.Signed
 	id    peer.ID
@@ -251,7 +252,7 @@ func (n *Node) recordAt(e *gossip.Signed) (cachedRecord, bool) {
 	}
 	c := &cachedRecord{entry: e, id: id, idStr: id.String()}
 	// A value that is not whole decodes as far as it goes: its name is
-	// still its name (nameIn), but the record is skipped as a whole.
+	// still its name (nodeNamed), but the record is skipped as a whole.
 	c.bad = json.Unmarshal(e.Value, &c.rec) != nil
 	c.rec.Facts, c.rec.raw = nil, e.Value
 	n.records.Store(e.Key, c)

@@ -230,9 +230,13 @@ func TestJobReachesOnlyItsTargets(t *testing.T) {
 	if _, ok := d.replica.Get(jobKey(j.ID)); ok {
 		t.Fatal("d, no target, was sent the job")
 	}
-	if s := jobState(t, d, j.ID); s.State != "done" || s.Counts["done"] != 2 {
-		t.Fatalf("the job as d shows it, asked: %+v", s)
-	}
+	// Each ask fetches the acks from the writer, within 2 s: on a loaded
+	// machine one may come back with what d holds, as a status asked
+	// again gets the writer's.
+	waitFor(t, "the job done as d shows it, asked", func() bool {
+		s := jobState(t, d, j.ID)
+		return s.State == "done" && s.Counts["done"] == 2
+	})
 
 	rejected := func(n *Node) (sum int64) {
 		for _, v := range n.rejected() {

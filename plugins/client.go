@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -205,12 +206,15 @@ func openFailure(ctx context.Context, id string, err error) Response {
 // A connection closed while the stream's protocol was negotiated sent
 // nothing either: a network.ConnError ("failed to negotiate protocol:
 // connection closed (local)", seen on the same fleet when this node
-// closed a connection another exchange had opened), or a connection that
+// closed a connection another exchange had opened), a connection that
 // was gone when the stream was opened on it (QUIC's stateless reset or
-// idle timeout, seen there too, and the like: net.ErrClosed).
+// idle timeout, seen there too, and the like: net.ErrClosed), or a TCP
+// connection the other end reset or closed under it ("write: connection
+// reset by peer", seen there as well).
 func connLostBeforeStream(err error) bool {
 	var closed *network.ConnError
-	return err != nil && (err.Error() == "connection failed" || errors.As(err, &closed) || errors.Is(err, net.ErrClosed))
+	return err != nil && (err.Error() == "connection failed" || errors.As(err, &closed) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }
 
 // dialTimedOut reports a dial error from a deadline inside the dial (an

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -371,6 +372,8 @@ func TestOpenFailureMarksWhatMayBeTriedAgain(t *testing.T) {
 		{fmt.Errorf("failed to negotiate protocol: %w", &network.ConnError{}), true, CodeUnreachable},
 		{fmt.Errorf("failed to negotiate protocol: %w", &quic.StatelessResetError{}), true, CodeUnreachable},
 		{fmt.Errorf("failed to open stream: %w", &quic.IdleTimeoutError{}), true, CodeUnreachable},
+		{fmt.Errorf("failed to negotiate protocol: %w", &net.OpError{Op: "write", Net: "tcp4", Err: os.NewSyscallError("write", syscall.ECONNRESET)}), true, CodeUnreachable},
+		{fmt.Errorf("failed to negotiate protocol: %w", &net.OpError{Op: "write", Net: "tcp4", Err: os.NewSyscallError("write", syscall.EPIPE)}), true, CodeUnreachable},
 		{fmt.Errorf("failed to negotiate protocol: %w", errors.New("protocols not supported")), false, CodeUnreachable},
 		{refused, false, CodeUnreachable},
 		{fmt.Errorf("%w: streams", network.ErrResourceLimitExceeded), false, CodeBusy},

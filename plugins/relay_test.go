@@ -588,4 +588,13 @@ func TestKeptAnswersBudgetIsFreedByDeadlines(t *testing.T) {
 	if r.ran["d/2"].answer == nil || r.kept != maxKeptAnswer {
 		t.Fatalf("after the deadlines: answer kept %v, %d bytes kept", r.ran["d/2"].answer != nil, r.kept)
 	}
+	// Nothing past its deadline: nothing goes. Then the last two go.
+	r.forget(now.Add(3 * time.Minute))
+	if len(r.ran) != 2 {
+		t.Fatalf("%d orders remembered before their deadlines, want 2", len(r.ran))
+	}
+	r.forget(now.Add(6 * time.Minute))
+	if len(r.ran) != 0 || r.kept != 0 {
+		t.Fatalf("past every deadline: %d orders, %d bytes kept", len(r.ran), r.kept)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,10 @@ type Relay struct {
 	ran   map[string]*taken // orders taken ("caller/id"; "r/" and the envelope's hash for relaying)
 	takes map[peer.ID]int   // entries of ran by caller
 	kept  int               // bytes of the answers ran holds
+	// earliest is no later than the earliest deadline in ran: forget
+	// walks ran only once one may have passed, not at every order taken
+	// or answer kept while the table or the budget is full.
+	earliest int64
 	// runs counts the orders run here, answersAgain those answered
 	// again with the answer kept.
 	runs, answersAgain atomic.Int64
@@ -209,6 +214,9 @@ func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time, 
 	if run {
 		nt.done = make(chan struct{})
 	}
+	if len(r.ran) == 0 || deadline < r.earliest {
+		r.earliest = deadline
+	}
 	r.ran[key] = nt
 	r.takes[caller]++
 	return nil, nil
@@ -218,6 +226,10 @@ func (r *Relay) take(caller peer.ID, key string, deadline int64, now time.Time, 
 // answers. r.mu is held.
 func (r *Relay) forget(now time.Time) {
 	ms := now.UnixMilli()
+	if len(r.ran) == 0 || r.earliest >= ms {
+		return
+	}
+	r.earliest = math.MaxInt64
 	for k, t := range r.ran {
 		if t.deadline < ms {
 			delete(r.ran, k)
@@ -225,7 +237,9 @@ func (r *Relay) forget(now time.Time) {
 			if r.takes[t.caller]--; r.takes[t.caller] <= 0 {
 				delete(r.takes, t.caller)
 			}
+			continue
 		}
+		r.earliest = min(r.earliest, t.deadline)
 	}
 }
 

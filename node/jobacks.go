@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -177,20 +178,70 @@ func (n *Node) fetchMissingAcks() {
 
 // askJobWriter brings this node what job j's writer knows of it: the job,
 // pulled, and its acks, fetched where anti-entropy with the writer leaves
-// them out.
-func (n *Node) askJobWriter(ctx context.Context, j *jobs.Job) {
+// them out. A writer this node is not connected to is dialled (its
+// address from its record), as long as a target is not final here: acks
+// go to the writer, so without it a target that ran the job shows
+// pending. The error says why this node may know less than the writer.
+func (n *Node) askJobWriter(ctx context.Context, j *jobs.Job) error {
 	w := n.jobWriter(j)
-	n.syncJobWriters(ctx, w)
-	n.fetchAcks(ctx, j, w)
+	if w == "" || w == n.host.ID() {
+		return nil
+	}
+	if !n.isConnected(w) {
+		if n.summarize(j).State != jobs.Pending {
+			return nil // every target final: nothing more to learn
+		}
+		if err := n.reachWriters(ctx, w); err != nil {
+			return fmt.Errorf("its writer %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, jobWriterSyncTimeout)
+	_, err := n.replica.SyncScoped(sctx, w, n.replica.ScopeWith(w))
+	cancel()
+	if err == nil {
+		err = n.fetchAcks(ctx, j, w)
+	}
+	if err != nil {
+		return fmt.Errorf("asking its writer %s: %w", n.nameOf(w), err)
+	}
+	return nil
+}
+
+// reachWriters connects this node to those of writers it is not connected
+// to, at once, within jobWriterSyncTimeout, learning their addresses from
+// their records. The error names the first it could not reach.
+func (n *Node) reachWriters(ctx context.Context, writers ...peer.ID) error {
+	ctx, cancel := context.WithTimeout(ctx, jobWriterSyncTimeout)
+	defer cancel()
+	errs := make([]error, len(writers))
+	var wg sync.WaitGroup
+	for i, w := range writers {
+		if w == "" || w == n.host.ID() || n.isConnected(w) {
+			continue
+		}
+		n.learnRecordAddrs(w)
+		wg.Go(func() {
+			if err := n.host.Connect(ctx, peer.AddrInfo{ID: w}); err != nil {
+				errs[i] = fmt.Errorf("%s could not be reached: %w", n.nameOf(w), err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fetchAcks brings this node the acks of job j that it does not hold
 // final, from writer w, when anti-entropy with w leaves them out (this
 // node is not a trusted writer): a job's status, asked anywhere, is what
 // its writer knows.
-func (n *Node) fetchAcks(ctx context.Context, j *jobs.Job, w peer.ID) {
+func (n *Node) fetchAcks(ctx context.Context, j *jobs.Job, w peer.ID) error {
 	if w == "" || w == n.host.ID() || n.replica.ScopeWith(w) == gossip.Full || n.host.Network().Connectedness(w) != network.Connected {
-		return
+		return nil
 	}
 	var keys []string
 	for _, t := range n.summarize(j).Targets {
@@ -199,13 +250,12 @@ func (n *Node) fetchAcks(ctx context.Context, j *jobs.Job, w peer.ID) {
 		}
 	}
 	if len(keys) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, jobWriterSyncTimeout)
 	defer cancel()
-	if _, err := n.replica.FetchKeys(ctx, w, keys...); err != nil && ctx.Err() == nil {
-		n.log.Debug("fetching a job's acks from its writer", "job", j.ID, "writer", w, "err", err)
-	}
+	_, err := n.replica.FetchKeys(ctx, w, keys...)
+	return err
 }
 
 // othersAcks are the acks this node holds that other nodes wrote: a node

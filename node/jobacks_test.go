@@ -357,3 +357,42 @@ func TestAckFromANonTargetRefused(t *testing.T) {
 		cancel()
 	}
 }
+
+// A status asked on a node that is not connected to the job's writer (which
+// holds the targets' acks) dials the writer and shows what it knows; with
+// the writer down, the status says this node may be behind, rather than
+// showing a target that ran the job as silently pending.
+func TestJobStatusAsksAWriterNotConnected(t *testing.T) {
+	a, b, c, d, j := trustedJobDone(t)
+	ctx := context.Background()
+	d.host.Network().ClosePeer(a.ID())
+	if d.isConnected(a.ID()) {
+		t.Fatal("d still connected to the writer")
+	}
+	// The first ask dials the writer and pulls the job from it; its acks
+	// may come with a later ask on a loaded machine (each within 2 s).
+	if _, err := d.Job(ctx, j.ID); err != nil {
+		t.Fatalf("on d, not connected to the writer: %v", err)
+	}
+	waitFor(t, "d to show the job done, as the writer does", func() bool {
+		s, err := d.Job(ctx, j.ID)
+		return err == nil && s.State == "done" && s.Behind == ""
+	})
+
+	// c holds its own ack, not b's: b's comes only from the writer.
+	a.Close()
+	waitFor(t, "c to see the writer gone", func() bool { return !c.isConnected(a.ID()) })
+	s, err := c.Job(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != "pending" || !strings.Contains(s.Behind, "could not be reached") {
+		t.Fatalf("on c, the writer down: %s (behind: %q), want pending and why c may be behind", s.State, s.Behind)
+	}
+	if st := targetStates(s); st["c"] != "done" || st["b"] != "pending" {
+		t.Fatalf("on c: %v", st)
+	}
+	if s, _ := b.Job(ctx, j.ID); s.Behind == "" {
+		t.Fatal("b, the writer down, does not say it may be behind")
+	}
+}

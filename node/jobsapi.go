@@ -140,12 +140,29 @@ func (n *Node) jobByID(ctx context.Context, id string) (*jobs.Job, *gossip.Signe
 		return nil, nil, api.BadRequest(fmt.Errorf("%q is not a job id", id))
 	}
 	e, ok := n.replica.Get(jobKey(id))
+	var unreached error
 	if !ok {
-		n.syncJobWriters(ctx, n.replica.Trust().Peers()...)
-		e, ok = n.replica.Get(jobKey(id))
+		writers := n.replica.Trust().Peers()
+		n.syncJobWriters(ctx, writers...)
+		if e, ok = n.replica.Get(jobKey(id)); !ok {
+			// Those this node is not connected to, dialled.
+			var far []peer.ID
+			for _, w := range writers {
+				if w != n.host.ID() && !n.isConnected(w) {
+					far = append(far, w)
+				}
+			}
+			unreached = n.reachWriters(ctx, far...)
+			n.syncJobWriters(ctx, far...)
+			e, ok = n.replica.Get(jobKey(id))
+		}
 	}
 	if !ok {
-		return nil, nil, api.NotFound(fmt.Errorf("%w %q (see `tribe job list`)", ErrUnknownJob, id))
+		err := fmt.Errorf("%w %q (see `tribe job list`)", ErrUnknownJob, id)
+		if unreached != nil {
+			err = fmt.Errorf("%w; a trusted writer, which would know it, %w", err, unreached)
+		}
+		return nil, nil, api.NotFound(err)
 	}
 	j, _, err := n.job(e)
 	if err != nil {
@@ -160,8 +177,12 @@ func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, err
 	}
-	n.askJobWriter(ctx, j)
-	return n.jobView(j, true), nil
+	behind := n.askJobWriter(ctx, j)
+	v := n.jobView(j, true)
+	if behind != nil && v.State == string(jobs.Pending) {
+		v.Behind = behind.Error()
+	}
+	return v, nil
 }
 
 // Jobs implements api.Agent: every job (of tribe only, if set), oldest

@@ -163,3 +163,12 @@ func idStrings(ids []peer.ID) []string {
 	}
 	return out
 }
+
+// nameOf is a node as a message names it: its name and peer ID, or the ID
+// alone for a node with no record here.
+func (n *Node) nameOf(id peer.ID) string {
+	if rec, ok := n.nodeNamed(id); ok && rec.Name != "" {
+		return rec.Name + " (" + id.String() + ")"
+	}
+	return id.String()
+}

@@ -106,6 +106,9 @@ Examples:
 					if err != nil {
 						return err
 					}
+					if j.Behind != "" {
+						fmt.Fprintf(c.App.ErrWriter, "tribe: warning: this agent may know less of the job than its writer (%s): a target shown pending may have run it\n", j.Behind)
+					}
 					if flagBool(c, "json") {
 						return printJSON(c.App.Writer, j)
 					}

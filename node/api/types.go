@@ -437,6 +437,10 @@ type Job struct {
 	// entry and the acks, signed, as every node stores them.
 	StateBytes int         `json:"state_bytes"`
 	Targets    []JobTarget `json:"targets,omitempty"`
+	// Behind says why this node may know less of the job than its
+	// writer, which holds the targets' acks (empty when it asked it, or
+	// every target is final here): a target shown pending may have run.
+	Behind string `json:"behind,omitempty"`
 }
 
 // JobTarget is where a job stands on one target, from the ack that target

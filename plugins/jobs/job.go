@@ -299,7 +299,9 @@ func strictJSON(b []byte, v any) error {
 	if err := d.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadJob, err)
 	}
-	if d.More() {
+	// Anything but white space after the value is refused: More alone
+	// let a '}' or ']' through.
+	if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
 		return fmt.Errorf("%w: data after the value", ErrBadJob)
 	}
 	return nil

@@ -124,6 +124,8 @@ func TestDecode(t *testing.T) {
 		"not json":      `{`,
 		"unknown field": `{"id":"a","evil":1}`,
 		"two values":    string(b) + ` {}`,
+		"a closing }":   string(b) + `}`, // json.Decoder.More says no more before '}' and ']'
+		"a closing ]":   string(b) + ` ]`,
 		"oversized":     `"` + strings.Repeat("a", maxJob) + `"`,
 	} {
 		if _, err := Decode([]byte(raw)); !errors.Is(err, ErrBadJob) {
@@ -142,6 +144,8 @@ func TestDecodeAck(t *testing.T) {
 		"attempts":                 `{"state":"done","attempts":99}`,
 		"head":                     `{"state":"done","output_head":"` + strings.Repeat("a", HeadLen+1) + `"}`,
 		"unknown field":            `{"state":"done","x":1}`,
+		"a closing }":              `{"state":"done"}}`,
+		"a closing ]":              `{"state":"done"}]`,
 	} {
 		if _, err := DecodeAck([]byte(raw)); !errors.Is(err, ErrBadJob) {
 			t.Errorf("%s: %v, want ErrBadJob", name, err)

@@ -201,11 +201,18 @@ func unacked(j *Job, now time.Time) Ack {
 // its entry and its tombstone are gone, a replayed entry or a replica
 // away longer than the tombstone grace brings the job back, and a target
 // that lost its ack, asking a writer that forgot it too, would run it a
-// second time; back after its expiry, it is only acked expired.
+// second time; back after its expiry, it is only acked expired. Nor later
+// than the retention after j.Overdue, by when every attempt has ended or
+// counts as interrupted: when a target ended is its own word, and one
+// that said it ended in a thousand years kept the job and every ack of
+// it on the writers as long.
 func CollectAt(j *Job, s Summary, retention time.Duration) time.Time {
 	at := j.Expires
 	if s.State != Pending && s.Finished.After(at) {
 		at = s.Finished
+		if due := j.Overdue(); at.After(due) {
+			at = due
+		}
 	}
 	return at.Add(retention)
 }

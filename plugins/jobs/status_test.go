@@ -234,6 +234,11 @@ func TestCollectAtNeverBeforeTheExpiry(t *testing.T) {
 		{"failed at once", j.Created.Add(time.Second), Failed, j.Expires.Add(retention)},
 		{"ended past the expiry", j.Expires.Add(time.Minute), Done, j.Expires.Add(time.Minute + retention)},
 		{"pending", time.Time{}, Running, j.Expires.Add(retention)},
+		// A target's word on when it ended puts collection off only as
+		// far as a run can end: one that says it ended in a thousand
+		// years kept the job and every ack of it on the writers as long.
+		{"ended past the overdue", j.Overdue().Add(time.Hour), Done, j.Overdue().Add(retention)},
+		{"ended in a thousand years", j.Created.AddDate(1000, 0, 0), Failed, j.Overdue().Add(retention)},
 	} {
 		now := c.ended
 		if now.IsZero() {

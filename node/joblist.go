@@ -52,9 +52,7 @@ func decodeJobListRequest(line []byte) (string, error) {
 	var req struct {
 		Tribe *string `json:"tribe"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeRequestLine(line, &req); err != nil {
 		return "", fmt.Errorf("not a job list request: %w", err)
 	}
 	if req.Tribe == nil {

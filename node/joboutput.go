@@ -35,14 +35,27 @@ const (
 	maxOutputServing = 4
 )
 
+// decodeRequestLine reads a request line into v: one JSON value with no
+// unknown field, and nothing after it but white space (Decode alone
+// stopped at the value's end and let the rest of the line through).
+func decodeRequestLine(line []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(line[dec.InputOffset():])) > 0 {
+		return errors.New("data after the request")
+	}
+	return nil
+}
+
 // decodeJobOutputRequest reads a request line, refusing anything else.
 func decodeJobOutputRequest(line []byte) (string, error) {
 	var req struct {
 		Job string `json:"job"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeRequestLine(line, &req); err != nil {
 		return "", fmt.Errorf("not an output request: %w", err)
 	}
 	if !gossip.ValidName(req.Job) {

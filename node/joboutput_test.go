@@ -76,3 +76,25 @@ func TestJobOutputsServedOneAtATimeToAPeer(t *testing.T) {
 		t.Errorf("%d refused output requests counted, want 1", got)
 	}
 }
+
+// A request line is one JSON value and nothing more: what follows it on
+// the line (another value, a stray '}', anything) is refused, as the
+// README says the requests are decoded strictly.
+func TestJobRequestsRefuseDataAfterTheValue(t *testing.T) {
+	for _, tail := range []string{"", " ", "\r"} {
+		if _, err := decodeJobOutputRequest([]byte(`{"job":"a"}` + tail + "\n")); err != nil {
+			t.Errorf("output request ending %q: %v", tail, err)
+		}
+		if _, err := decodeJobListRequest([]byte(`{"tribe":"web"}` + tail + "\n")); err != nil {
+			t.Errorf("list request ending %q: %v", tail, err)
+		}
+	}
+	for _, tail := range []string{`{"job":"b"}`, `}`, `]`, ` x`, `"`} {
+		if id, err := decodeJobOutputRequest([]byte(`{"job":"a"}` + tail + "\n")); err == nil {
+			t.Errorf("output request followed by %q taken, for job %q", tail, id)
+		}
+		if tribe, err := decodeJobListRequest([]byte(`{"tribe":"web"}` + tail + "\n")); err == nil {
+			t.Errorf("list request followed by %q taken, for tribe %q", tail, tribe)
+		}
+	}
+}

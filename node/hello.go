@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/tribeagent/tribe/internal/names"
+	"github.com/tribeagent/tribe/internal/strictjson"
 )
 
 // HelloProtocol tells two connected peers each other's name and cluster.
@@ -71,13 +72,8 @@ func decodeHello(b []byte) (helloMsg, error) {
 		return helloMsg{}, fmt.Errorf("%w: %d bytes, limit %d", ErrBadHello, len(b), maxHelloSize)
 	}
 	var h helloMsg
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&h); err != nil {
+	if err := strictjson.Decode(b, &h); err != nil {
 		return helloMsg{}, fmt.Errorf("%w: %v", ErrBadHello, err)
-	}
-	if dec.More() {
-		return helloMsg{}, fmt.Errorf("%w: trailing data", ErrBadHello)
 	}
 	if !clusterRE().MatchString(h.Cluster) {
 		return helloMsg{}, fmt.Errorf("%w: cluster %q", ErrBadHello, h.Cluster)

@@ -43,6 +43,7 @@ func TestReadHelloRefusesBadInput(t *testing.T) {
 		"bad cluster":                `{"name":"a","cluster":"Bad Cluster"}` + "\n",
 		"unknown field":              `{"name":"a","cluster":"c","x":1}` + "\n",
 		"trailing data":              `{"name":"a","cluster":"c"}` + "\nmore",
+		"a brace after the value":    `{"name":"a","cluster":"c"}}` + "\n",
 		"oversized":                  `{"name":"` + strings.Repeat("a", maxHelloSize) + `","cluster":"c"}` + "\n",
 		"long name":                  `{"name":"` + strings.Repeat("a", 65) + `","cluster":"c"}` + "\n",
 		"escape in the name":         `{"name":"a\u001b[2K","cluster":"c"}` + "\n",

@@ -19,6 +19,7 @@ import (
 	msmux "github.com/multiformats/go-multistream"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/internal/strictjson"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/jobs"
 )
@@ -52,7 +53,7 @@ func decodeJobListRequest(line []byte) (string, error) {
 	var req struct {
 		Tribe *string `json:"tribe"`
 	}
-	if err := decodeRequestLine(line, &req); err != nil {
+	if err := strictjson.Decode(line, &req); err != nil {
 		return "", fmt.Errorf("not a job list request: %w", err)
 	}
 	if req.Tribe == nil {

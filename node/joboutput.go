@@ -2,7 +2,6 @@ package node
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/internal/strictjson"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/jobs"
 )
@@ -35,27 +35,12 @@ const (
 	maxOutputServing = 4
 )
 
-// decodeRequestLine reads a request line into v: one JSON value with no
-// unknown field, and nothing after it but white space (Decode alone
-// stopped at the value's end and let the rest of the line through).
-func decodeRequestLine(line []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if len(bytes.TrimSpace(line[dec.InputOffset():])) > 0 {
-		return errors.New("data after the request")
-	}
-	return nil
-}
-
 // decodeJobOutputRequest reads a request line, refusing anything else.
 func decodeJobOutputRequest(line []byte) (string, error) {
 	var req struct {
 		Job string `json:"job"`
 	}
-	if err := decodeRequestLine(line, &req); err != nil {
+	if err := strictjson.Decode(line, &req); err != nil {
 		return "", fmt.Errorf("not an output request: %w", err)
 	}
 	if !gossip.ValidName(req.Job) {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/internal/strictjson"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins/tasks"
 )
@@ -142,9 +142,7 @@ func decodeTaskWatchRequest(line []byte) (tribe, name string, err error) {
 	var req struct {
 		Task string `json:"task"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := strictjson.Decode(line, &req); err != nil {
 		return "", "", fmt.Errorf("not a watch request: %w", err)
 	}
 	tribe, name, ok := strings.Cut(req.Task, "/")

@@ -21,7 +21,7 @@ func TestDecodeTaskWatchRequest(t *testing.T) {
 	if tribe, name, err := decodeTaskWatchRequest([]byte(`{"task":"core/metrics"}` + "\n")); err != nil || tribe != "core" || name != "metrics" {
 		t.Errorf("a good request: %q %q %v", tribe, name, err)
 	}
-	for _, bad := range []string{``, `{}`, `{"task":"core"}`, `{"task":"core/Bad Name"}`, `{"task":"core/m","x":1}`, `[1]`} {
+	for _, bad := range []string{``, `{}`, `{"task":"core"}`, `{"task":"core/Bad Name"}`, `{"task":"core/m","x":1}`, `[1]`, `{"task":"core/m"}}`, `{"task":"core/m"} {}`} {
 		if _, _, err := decodeTaskWatchRequest([]byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

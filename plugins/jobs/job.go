@@ -29,6 +29,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tribeagent/tribe/internal/names"
+	"github.com/tribeagent/tribe/internal/strictjson"
 )
 
 // Limits of a job. They keep one job inside one replicated entry (64 KiB):
@@ -294,15 +295,8 @@ func DecodeAck(b []byte) (Ack, error) {
 }
 
 func strictJSON(b []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
+	if err := strictjson.Decode(b, v); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadJob, err)
-	}
-	// Anything but white space after the value is refused: More alone
-	// let a '}' or ']' through.
-	if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
-		return fmt.Errorf("%w: data after the value", ErrBadJob)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tribeagent/tribe/node/api"
@@ -59,5 +60,36 @@ func TestLocalPluginLoadedAndCalled(t *testing.T) {
 		func(r api.CallResult) { got = append(got, r) })
 	if err != nil || sum.Answered != 1 || len(got) != 1 || string(got[0].Result) != `{"hi":[1,2]}` {
 		t.Fatalf("call: %+v %v %+v", sum, err, got)
+	}
+}
+
+// A plugin's error is put in its node's record, and some of it is text the
+// plugin or a peer chose (a handshake refused with a 100 KB message, every
+// peer's refusal of a shared plugin's fetch): cut to maxPluginErrorLen, it
+// cannot make the record too large to write.
+func TestPluginErrorInRecordIsBounded(t *testing.T) {
+	ctx := context.Background()
+	c := loopbackConfig(t, "a")
+	c.PluginDir = t.TempDir()
+	script := "#!/bin/sh\nread line\nmsg=$(head -c 100000 /dev/zero | tr '\\0' x)\n" +
+		`printf '{"jsonrpc":"2.0","id":0,"error":{"code":1,"message":"%s"}}\n' "$msg"` + "\nsleep 5\n"
+	if err := os.WriteFile(filepath.Join(c.PluginDir, "bigerr"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, c)
+	jobTribe(t, n, "t", "echo", []*Node{n})
+	if _, err := n.LoadPlugin(ctx, "bigerr", "t", api.LoadRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bigerr to fail to load", func() bool {
+		l, ok := n.plugins.get("t", "bigerr")
+		return ok && l.err != nil
+	})
+	if _, err := n.encodeRecord(n.facts.get()); err != nil {
+		t.Fatalf("the record with bigerr's error: %v", err)
+	}
+	st := n.plugins.status(n.registry.Source)["t/bigerr"]
+	if !strings.Contains(st.Error, "refused the handshake") || len(st.Error) > maxPluginErrorLen {
+		t.Fatalf("bigerr's error in the record: %d bytes, %.100q", len(st.Error), st.Error)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
@@ -128,18 +129,39 @@ func (s *pluginSet) status(source func(name string) string) map[string]pluginSta
 			st.Source = l.shared.source()
 		}
 		if l.err != nil {
-			st.Error = l.err.Error()
+			st.Error = cutError(l.err.Error())
 		} else {
 			st.Version = l.inst.Version()
 			if h, ok := l.inst.Plugin.(interface{ Health() error }); ok {
 				if err := h.Health(); err != nil {
-					st.Error = err.Error()
+					st.Error = cutError(err.Error())
 				}
 			}
 		}
 		out[k] = st
 	}
 	return out
+}
+
+// maxPluginErrorLen caps a plugin's error in the node's record. Some of
+// it is text others chose: a plugin's refusal of its handshake (up to an
+// answer's 4 MiB), each peer's refusal of a shared plugin's fetch (up to
+// 1 KiB, one per member asked). Whole, one such error made the record
+// too large to write (over gossip.MaxValueLen): no more facts, plugin
+// states or leaving said by this node.
+const maxPluginErrorLen = 1024
+
+// cutError is s cut to maxPluginErrorLen bytes, at a rune's start, saying so.
+func cutError(s string) string {
+	if len(s) <= maxPluginErrorLen {
+		return s
+	}
+	const more = " [...]"
+	i := maxPluginErrorLen - len(more)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + more
 }
 
 func (s *pluginSet) get(tribe, name string) (*loadedPlugin, bool) {

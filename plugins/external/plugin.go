@@ -83,7 +83,11 @@ type Plugin struct {
 	last    error    // why the last process ended
 	crashes []time.Time
 	closed  bool
-	stop    chan struct{}
+	// stopped ends at Close (stop), a start under way with it; supervised
+	// is closed once the supervisor has returned, leaving no process.
+	stopped    context.Context
+	stop       context.CancelFunc
+	supervised chan struct{}
 
 	badLines atomic.Int64 // see BadLines
 }
@@ -95,24 +99,30 @@ func (p *Plugin) BadLines() int64 { return p.badLines.Load() }
 
 // Start runs the plugin at path and waits for its handshake.
 func Start(path string, cfg Config) (*Plugin, error) {
-	p := &Plugin{path: path, file: filepath.Base(path), cfg: cfg.withDefaults(), stop: make(chan struct{})}
-	proc, info, err := p.launch()
+	p := &Plugin{path: path, file: filepath.Base(path), cfg: cfg.withDefaults(), supervised: make(chan struct{})}
+	p.stopped, p.stop = context.WithCancel(context.Background())
+	proc, info, err := p.launch(p.stopped)
 	if err != nil {
+		p.stop()
 		return nil, fmt.Errorf("plugin %s: %w", p.file, err)
 	}
 	p.proc, p.info = proc, info
-	go p.supervise(proc)
+	go func() {
+		defer close(p.supervised)
+		p.supervise(proc)
+	}()
 	return p, nil
 }
 
-// launch starts a process and shakes hands with it.
-func (p *Plugin) launch() (*process, wire.Info, error) {
+// launch starts a process and shakes hands with it, giving up when ctx
+// ends.
+func (p *Plugin) launch(ctx context.Context) (*process, wire.Info, error) {
 	proc, err := startProcess(p.path, p.file, p.cfg.Log, p.cfg.MaxAnswer, &p.badLines)
 	if err != nil {
 		return nil, wire.Info{}, err
 	}
 	proc.grace = p.cfg.KillGrace
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.HandshakeTimeout)
 	defer cancel()
 	info, err := proc.handshake(ctx, p.file)
 	if err != nil {
@@ -131,7 +141,7 @@ func (p *Plugin) supervise(proc *process) {
 	for {
 		select {
 		case <-proc.done:
-		case <-p.stop:
+		case <-p.stopped.Done():
 			return
 		}
 		err := proc.exitErr()
@@ -151,10 +161,10 @@ func (p *Plugin) supervise(proc *process) {
 			p.cfg.OnChange()
 			select {
 			case <-time.After(wait):
-			case <-p.stop:
+			case <-p.stopped.Done():
 				return
 			}
-			next, info, lerr := p.launch()
+			next, info, lerr := p.launch(p.stopped)
 			if lerr != nil {
 				err = lerr
 				continue
@@ -163,6 +173,7 @@ func (p *Plugin) supervise(proc *process) {
 			if p.closed {
 				p.mu.Unlock()
 				next.kill()
+				<-next.done
 				return
 			}
 			p.proc, p.info = next, info
@@ -301,10 +312,13 @@ func (p *Plugin) Close() error {
 		return nil
 	}
 	p.closed = true
-	close(p.stop)
+	p.stop()
 	proc := p.proc
 	p.mu.Unlock()
 	if proc == nil {
+		// A start under way ends with stop: nothing runs once the
+		// supervisor has returned.
+		<-p.supervised
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StopGrace)

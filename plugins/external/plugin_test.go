@@ -129,6 +129,15 @@ func fakePlugin(name string) {
 		sdk.Main(sdk.Info{Name: "other", Version: "1", Kind: "processor"}, testMethods{})
 	case "answerexit", "closeout", "chatty", "deaf", "serial":
 		rawPlugin(name)
+	case "hangsagain": // crashes after its first handshake; then hangs at start, saying its pid
+		started := os.Getenv("TMPDIR") + "/hangsagain.started"
+		if _, err := os.Stat(started); err == nil {
+			os.WriteFile(os.Getenv("TMPDIR")+"/hangsagain.pid", []byte(strconv.Itoa(os.Getpid())), 0o644)
+			time.Sleep(time.Hour)
+		}
+		os.WriteFile(started, nil, 0o644)
+		go func() { time.Sleep(20 * time.Millisecond); os.Exit(4) }()
+		sdk.Main(sdk.Info{Name: name, Version: "1", Kind: "processor"}, testMethods{})
 	case "crashy": // crashes at start after its handshake, always
 		go func() { time.Sleep(20 * time.Millisecond); os.Exit(4) }()
 		sdk.Main(sdk.Info{Name: name, Version: "1", Kind: "processor"}, testMethods{})
@@ -786,5 +795,35 @@ func TestStartWaitsOutATextFileBusy(t *testing.T) {
 	defer p.Close()
 	if got, err := call(p, time.Second, "echo", `"x"`); err != nil || string(got) != `"x"` {
 		t.Fatalf("echo: %s %v", got, err)
+	}
+}
+
+// Close while the plugin is being started again leaves nothing running:
+// the start under way (one that hangs in its handshake here) is ended
+// and waited for before Close returns. It used to run on for the
+// handshake's timeout, or for good if the agent exited meanwhile.
+func TestCloseDuringARestartLeavesNoProcess(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	cfg := testConfig(&syncbuf.Buffer{})
+	cfg.HandshakeTimeout = 5 * time.Second
+	p, err := Start(pluginPath(t, "hangsagain"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	waitFor(t, "the restart to hang in its handshake", func() bool {
+		b, err := os.ReadFile(filepath.Join(tmp, "hangsagain.pid"))
+		pid, _ = strconv.Atoi(string(b))
+		return err == nil && pid > 0
+	})
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	begun := time.Now()
+	p.Close()
+	if alive(pid) {
+		t.Fatalf("the plugin's process %d runs on after Close", pid)
+	}
+	if took := time.Since(begun); took > 2*time.Second {
+		t.Errorf("Close took %v: it waited out the handshake's timeout", took)
 	}
 }

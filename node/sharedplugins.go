@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
+	"github.com/tribeagent/tribe/internal/fsperm"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external"
@@ -141,6 +143,9 @@ func (n *Node) loadShared(name, tribe string, config map[string]string, b *share
 	if err := b.check(); err != nil {
 		return nil, fmt.Errorf("shared plugin entry: %w", err)
 	}
+	if err := n.checkSharedStore(b); err != nil {
+		return nil, err
+	}
 	path := n.sharedPath(b, name)
 	sum, _, err := fileSHA256(path)
 	switch {
@@ -164,6 +169,35 @@ func (n *Node) loadShared(name, tribe string, config map[string]string, b *share
 		n.spawn(func() { n.fetchShared(name, tribe, b) })
 	}
 	return nil, fmt.Errorf("fetching it (sha256:%s) from peers", b.SHA256[:16])
+}
+
+// checkSharedStore says why the dirs that lead to b's binary in the shared
+// store could be changed by someone other than this user or root, as Find
+// does for the plugin dir: whoever could write one could swap the binary
+// between its hash check and its start, or before a restart (which runs
+// the file again, unchecked). The plugin dir may be a symlink, as for
+// local plugins; shared/ and its hash dirs, which the agent makes, may
+// not. A dir not made yet is no concern: a fetch makes it.
+func (n *Node) checkSharedStore(b *sharedBinary) error {
+	dir := n.pluginDir()
+	fi, err := os.Stat(dir)
+	for _, next := range []string{"shared", b.SHA256, ""} {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			return fmt.Errorf("shared plugin store: %w", err)
+		case !fi.IsDir():
+			return fmt.Errorf("shared plugin store: %s is not a dir (a symlink is not followed)", dir)
+		case fsperm.Unsafe(fi) != "":
+			return fmt.Errorf("shared plugin store: %s is %s: anyone who can write it could run code as the agent", dir, fsperm.Unsafe(fi))
+		}
+		if next != "" {
+			dir = filepath.Join(dir, next)
+			fi, err = os.Lstat(dir)
+		}
+	}
+	return nil
 }
 
 // sharedRetry is how long a shared plugin no peer could give waits before
@@ -235,6 +269,13 @@ func (s *sharing) turn(sha string) int {
 
 // fetchFrom asks p for b's bytes and installs them if their hash is b's.
 func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
+	path := n.sharedPath(b, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := n.checkSharedStore(b); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 	defer cancel()
 	n.learnRecordAddrs(p)
@@ -263,10 +304,6 @@ func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
 		if errors.Is(err, errBadFetchAnswer) {
 			n.sharing.badAnswer.Add(1)
 		}
-		return err
-	}
-	path := n.sharedPath(b, name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+name+"-*")

@@ -248,3 +248,58 @@ func TestSharedStoreIsPruned(t *testing.T) {
 		}
 	}
 }
+
+// A shared plugin runs only from a store only this user (or root) can
+// change, as a local one runs only from such a plugin dir: a store dir
+// group or others may write, or a symlink in its place, is refused, and
+// nothing is fetched into it (whoever can write it could swap the binary
+// between its hash check and its start, or before a restart).
+func TestSharedPluginNeedsASafeStore(t *testing.T) {
+	c := loopbackConfig(t, "a")
+	c.Trusted, c.AcceptPlugins = []string{identity(t, c).String()}, AcceptTrusted
+	n := startNode(t, c)
+	src := []byte("#!/bin/sh\nread line\n" +
+		`printf '{"jsonrpc":"2.0","id":0,"result":{"protocol":1,"name":"shok","version":"1","kind":"processor","methods":["x"]}}\n'` +
+		"\nread line\n") // the shutdown: it exits
+	sum := sha256.Sum256(src)
+	bin := &sharedBinary{Version: "1", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(src))}
+	path := n.sharedPath(bin, "shok")
+	if err := writeExecutable(path, src); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{n.pluginDir(), filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
+		os.Chmod(d, 0o755)
+	}
+	inst, err := n.loadShared("shok", "t", nil, bin)
+	if err != nil {
+		t.Fatalf("from a safe store: %v", err)
+	}
+	inst.Close()
+	for _, d := range []string{n.pluginDir(), filepath.Dir(filepath.Dir(path)), filepath.Dir(path)} {
+		os.Chmod(d, 0o775)
+		if inst, err := n.loadShared("shok", "t", nil, bin); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+			if inst != nil {
+				inst.Close()
+			}
+			t.Errorf("%s writable by group: %v", d, err)
+		}
+		os.Chmod(d, 0o755)
+	}
+	// The hash's dir a symlink to another dir of this user's.
+	other := t.TempDir()
+	if err := os.Rename(filepath.Dir(path), filepath.Join(other, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(other, "x"), filepath.Dir(path)); err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := n.loadShared("shok", "t", nil, bin); err == nil || !strings.Contains(err.Error(), "not a dir") {
+		if inst != nil {
+			inst.Close()
+		}
+		t.Errorf("a symlinked store dir: %v", err)
+	}
+	if err := n.fetchFrom(n.ID(), "shok", bin); err == nil || !strings.Contains(err.Error(), "not a dir") {
+		t.Errorf("a fetch into a symlinked store dir: %v", err)
+	}
+}

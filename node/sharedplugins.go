@@ -2,7 +2,6 @@ package node
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/internal/fsperm"
+	"github.com/tribeagent/tribe/internal/strictjson"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/external"
@@ -360,9 +360,7 @@ type pluginFetchRequest struct {
 // decodePluginFetchRequest parses a fetch request line, strictly.
 func decodePluginFetchRequest(line []byte) (string, error) {
 	var req pluginFetchRequest
-	d := json.NewDecoder(bytes.NewReader(line))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&req); err != nil {
+	if err := strictjson.Decode(line, &req); err != nil {
 		return "", fmt.Errorf("not a fetch request: %w", err)
 	}
 	if !isSHA256(req.SHA256) {

@@ -24,6 +24,12 @@ func FuzzDecodePluginFetchRequest(f *testing.F) {
 	f.Add([]byte(`{"sha256":"` + strings.Repeat("ab", 32) + `"}` + "\n"))
 	f.Add([]byte(`{"sha256":"../../etc/passwd"}`))
 	f.Add([]byte(`{"sha256":"` + strings.Repeat("AB", 32) + `","x":1}`))
+	good := `{"sha256":"` + strings.Repeat("ab", 32) + `"}`
+	for _, bad := range []string{good + "}", good + "]", good + " {}"} {
+		if _, err := decodePluginFetchRequest([]byte(bad)); err == nil {
+			f.Errorf("%s taken", bad)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sum, err := decodePluginFetchRequest(b)
 		if err == nil && !isSHA256(sum) {

@@ -108,3 +108,19 @@ func TestErrorWithNoMessage(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 }
+
+// A line with a '}' or ']' after its value is refused, by the fast path
+// and the strict decoder alike (json.Decoder's More took those for the
+// end of the input).
+func TestDecodeResponseRefusesDataAfterTheValue(t *testing.T) {
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"result":1}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"a":1}}]`,
+		`{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}}`,
+		`{"jsonrpc":"2.0","id":1,"result":1} {}`,
+	} {
+		if r, err := DecodeResponse([]byte(line)); err == nil {
+			t.Errorf("%s taken as %+v", line, r)
+		}
+	}
+}

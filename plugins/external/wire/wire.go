@@ -25,6 +25,7 @@ import (
 	"strconv"
 
 	"github.com/tribeagent/tribe/internal/names"
+	"github.com/tribeagent/tribe/internal/strictjson"
 )
 
 // Protocol is the protocol version this agent speaks.
@@ -214,13 +215,10 @@ func DecodeResponse(line []byte) (Response, error) {
 // decodeStrict is DecodeResponse for any line.
 func decodeStrict(line []byte) (Response, error) {
 	var r Response
-	d := json.NewDecoder(bytes.NewReader(line))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&r); err != nil {
-		return Response{}, fmt.Errorf("%w: not a JSON-RPC response: %v (%q)", ErrProtocol, err, head(line))
-	}
-	if d.More() {
+	if err := strictjson.Decode(line, &r); errors.Is(err, strictjson.ErrTrailing) {
 		return Response{}, fmt.Errorf("%w: more than one JSON value on a line (%q)", ErrProtocol, head(line))
+	} else if err != nil {
+		return Response{}, fmt.Errorf("%w: not a JSON-RPC response: %v (%q)", ErrProtocol, err, head(line))
 	}
 	switch {
 	case r.JSONRPC != "2.0":

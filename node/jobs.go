@@ -751,7 +751,7 @@ func (n *Node) jobAcks(j *jobs.Job) (map[string]jobs.Ack, int) {
 	for _, e := range n.replica.Prefix(jobKey(j.ID) + "/acks/") {
 		size += len(e.Raw)
 		by := e.Key[strings.LastIndexByte(e.Key, '/')+1:]
-		if !n.ackCounts(j, by) {
+		if !n.heldAckCounts(j, by) {
 			continue
 		}
 		if a, err := jobs.DecodeAck(e.Value); err == nil {
@@ -766,7 +766,7 @@ func (n *Node) jobAcks(j *jobs.Job) (map[string]jobs.Ack, int) {
 func (n *Node) readAck(j *jobs.Job, acks map[string]jobs.Ack, key string) string {
 	peer := key[strings.LastIndexByte(key, '/')+1:]
 	e, ok := n.replica.Get(key)
-	if !ok || !n.ackCounts(j, peer) {
+	if !ok || !n.heldAckCounts(j, peer) {
 		delete(acks, peer)
 		return peer
 	}
@@ -837,6 +837,17 @@ func (n *Node) ackCounts(j *jobs.Job, id string) bool {
 		}
 	}
 	return j.Targeted(id) || n.newMemberOf(j, id)
+}
+
+// heldAckCounts reports whether an ack of job j by peer id held here
+// counts: as ackCounts, or, for a job that takes new members, whatever
+// tribes id is in now. Held, the ack was taken while it counted
+// (admitAck): its author was a member then, and ran the job or said why
+// not. Counted by membership now, a new member that failed the job and
+// then left its tribe (or stopped matching its policy) turned the job
+// done.
+func (n *Node) heldAckCounts(j *jobs.Job, id string) bool {
+	return j.IncludeNew || n.ackCounts(j, id)
 }
 
 // ackCountsIn is ackCounts for j read from entry e.

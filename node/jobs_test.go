@@ -545,3 +545,30 @@ func TestCollectionRemovesLeftoverOutputs(t *testing.T) {
 		}
 	}
 }
+
+// An ack taken from a member that joined a tribe of an include-new job
+// counts for the job after that member leaves the tribe: it ran the job
+// (or failed it) while a member.
+func TestIncludeNewAckCountsAfterItsAuthorLeaves(t *testing.T) {
+	a, nodes := trustedFleet(t, "b", "c")
+	b, c := nodes["b"], nodes["c"]
+	jobTribe(t, a, "t", "echo", []*Node{b})
+	ctx := context.Background()
+	j, err := a.SubmitJob(ctx, api.JobRequest{Tribes: []string{"t"}, Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`), IncludeNew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Join(ctx, "t", []string{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c, a new member, to ack the job on the writer", func() bool {
+		return targetStates(jobState(t, a, j.ID))["c"] == "done"
+	})
+	if _, err := a.Leave(ctx, "t", []string{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c no member on the writer", func() bool { return !a.isMember("t", c.ID()) })
+	if st := targetStates(jobState(t, a, j.ID)); st["c"] != "done" || len(st) != 2 {
+		t.Fatalf("after c left the tribe: %v, want b and c", st)
+	}
+}

@@ -98,6 +98,7 @@ func (n *Node) deliverJob(e *gossip.Signed, targets []string, publish bool) {
 	}
 	wg.Wait()
 	if publish || failed.Load() {
+		n.jobs.jobsPublished.Add(1)
 		n.replica.Announce(n.ctx, e)
 	}
 }

@@ -81,6 +81,7 @@ type jobSet struct {
 
 	unreadable      atomic.Int64 // job or ack entries this version cannot read
 	acksPublished   atomic.Int64 // acks published because the writer was out of reach
+	jobsPublished   atomic.Int64 // jobs published to every node (deliverJob)
 	acksFetched     atomic.Int64 // acks this writer asked targets for and got (jobacks.go)
 	fetches         ackFetches   // what this writer asks targets for (jobacks.go)
 	handRefused     atomic.Int64 // job streams that carried no job this node takes

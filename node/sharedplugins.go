@@ -91,7 +91,7 @@ type sharing struct {
 	turns    map[string]int // see turn
 
 	hashMismatch atomic.Int64 // fetched bytes whose hash was not the entry's
-	badAnswer    atomic.Int64 // fetch answers that did not read, or offered another size
+	badAnswer    atomic.Int64 // fetch answers that did not read, offered another size, or ended before it
 	refused      atomic.Int64 // fetch requests refused (not counted, malformed)
 	busy         atomic.Int64 // fetch requests refused: too many served, or the peer cooling down
 	serving      *gossip.Slots
@@ -315,6 +315,11 @@ func (n *Node) fetchFrom(p peer.ID, name string, b *sharedBinary) error {
 	_, err = io.CopyN(io.MultiWriter(tmp, h), br, b.Size)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
+	}
+	// A peer that closed before the size it offered answered badly; a
+	// reset or a deadline may be the network's doing, and is not counted.
+	if errors.Is(err, io.EOF) {
+		n.sharing.badAnswer.Add(1)
 	}
 	if err != nil {
 		return fmt.Errorf("the bytes were cut short: %w", err)

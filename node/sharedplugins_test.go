@@ -166,6 +166,26 @@ func TestPluginFetchHeaderIsBounded(t *testing.T) {
 	}
 }
 
+// A peer that offers the entry's size and sends less before it closes
+// gave a bad answer, counted like one that does not read.
+func TestPluginFetchCutShortIsABadAnswer(t *testing.T) {
+	admin, stranger := adminAndStranger(t)
+	waitFor(t, "the stranger to serve fetches", func() bool {
+		return slices.Contains(stranger.host.Mux().Protocols(), PluginFetchProtocol)
+	})
+	stranger.host.SetStreamHandler(PluginFetchProtocol, func(s network.Stream) {
+		defer s.Close()
+		s.Write([]byte(`{"size":10}` + "\n" + "abcd"))
+	})
+	bin := &sharedBinary{Version: "1", SHA256: strings.Repeat("ab", 32), Size: 10}
+	if err := admin.fetchFrom(stranger.ID(), "x", bin); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Fatalf("4 bytes of 10: %v", err)
+	}
+	if got := admin.sharing.badAnswer.Load(); got != 1 {
+		t.Errorf("%d bad answers counted, want 1", got)
+	}
+}
+
 // Strangers that open fetch streams and send nothing take no fetch slot:
 // they are refused at once and counted, and a node that counts is served
 // meanwhile (four of them used to hold every slot for a minute).

@@ -131,6 +131,26 @@ func (h captureHandler) at(level slog.Level, prefix string) []string {
 	return out
 }
 
+// attr returns, as text, attribute key of the records at level whose
+// message is msg.
+func (h captureHandler) attr(level slog.Level, msg, key string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range *h.recs {
+		if r.Level != level || r.Message != msg {
+			continue
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == key {
+				out = append(out, a.Value.String())
+			}
+			return true
+		})
+	}
+	return out
+}
+
 // A peer sending bad hellos in a loop gets one warning a minute, the next
 // saying how many were held back; the bad_hello counter counts every one.
 func TestBadHellosAreWarnedOncePerPeerPerMinute(t *testing.T) {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,10 +64,11 @@ func TestLocalPluginLoadedAndCalled(t *testing.T) {
 	}
 }
 
-// A plugin's error is put in its node's record, and some of it is text the
-// plugin or a peer chose (a handshake refused with a 100 KB message, every
-// peer's refusal of a shared plugin's fetch): cut to maxPluginErrorLen, it
-// cannot make the record too large to write.
+// A plugin's error is put in its node's record and its log, and some of it
+// is text the plugin or a peer chose (a handshake refused with a 100 KB
+// message, every peer's refusal of a shared plugin's fetch): cut to
+// maxPluginErrorLen, it cannot make the record too large to write, nor
+// fill the log.
 func TestPluginErrorInRecordIsBounded(t *testing.T) {
 	ctx := context.Background()
 	c := loopbackConfig(t, "a")
@@ -76,7 +78,8 @@ func TestPluginErrorInRecordIsBounded(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.PluginDir, "bigerr"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	n := startNode(t, c)
+	logs := newCaptureHandler()
+	n := startNodeDeps(t, c, Deps{Logger: slog.New(logs)})
 	jobTribe(t, n, "t", "echo", []*Node{n})
 	if _, err := n.LoadPlugin(ctx, "bigerr", "t", api.LoadRequest{}); err != nil {
 		t.Fatal(err)
@@ -91,5 +94,12 @@ func TestPluginErrorInRecordIsBounded(t *testing.T) {
 	st := n.plugins.status(n.registry.Source)["t/bigerr"]
 	if !strings.Contains(st.Error, "refused the handshake") || len(st.Error) > maxPluginErrorLen {
 		t.Fatalf("bigerr's error in the record: %d bytes, %.100q", len(st.Error), st.Error)
+	}
+	logged := logs.attr(slog.LevelWarn, "plugin failed to load", "err")
+	if len(logged) != 1 {
+		t.Fatalf("bigerr's failure logged %d times, want once", len(logged))
+	}
+	if !strings.Contains(logged[0], "refused the handshake") || len(logged[0]) > maxPluginErrorLen {
+		t.Fatalf("bigerr's error in the log: %d bytes, %.100q", len(logged[0]), logged[0])
 	}
 }

@@ -143,12 +143,13 @@ func (s *pluginSet) status(source func(name string) string) map[string]pluginSta
 	return out
 }
 
-// maxPluginErrorLen caps a plugin's error in the node's record. Some of
-// it is text others chose: a plugin's refusal of its handshake (up to an
-// answer's 4 MiB), each peer's refusal of a shared plugin's fetch (up to
-// 1 KiB, one per member asked). Whole, one such error made the record
-// too large to write (over gossip.MaxValueLen): no more facts, plugin
-// states or leaving said by this node.
+// maxPluginErrorLen caps a plugin's error in the node's record and its
+// log. Some of it is text others chose: a plugin's refusal of its
+// handshake (up to an answer's 4 MiB), each peer's refusal of a shared
+// plugin's fetch (up to 1 KiB, one per member asked). Whole, one such
+// error made the record too large to write (over gossip.MaxValueLen): no
+// more facts, plugin states or leaving said by this node; and put as much
+// in the log at each load.
 const maxPluginErrorLen = 1024
 
 // cutError is s cut to maxPluginErrorLen bytes, at a rune's start, saying so.
@@ -348,7 +349,7 @@ func (n *Node) syncPlugins() bool {
 		}
 		loaded[k] = l
 		if l.err != nil {
-			n.log.Warn("plugin failed to load", "plugin", k, "err", l.err)
+			n.log.Warn("plugin failed to load", "plugin", k, "err", cutError(l.err.Error()))
 		} else {
 			n.log.Info("plugin loaded", "plugin", k, "version", l.inst.Version())
 		}

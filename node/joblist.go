@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -140,7 +139,7 @@ func (n *Node) serveJobList(s network.Stream) {
 		return
 	}
 	defer n.jobs.listing.Release(from)
-	line, err := bufio.NewReaderSize(s, jobListRequestMax).ReadSlice('\n')
+	line, err := readFirstRequest(s, jobListRequestMax)
 	var tribe string
 	if err == nil {
 		tribe, err = decodeJobListRequest(line)

@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/node/api"
@@ -128,6 +133,36 @@ func TestJobListRefusesOutsiders(t *testing.T) {
 	}
 	if _, err := stranger.Jobs(context.Background(), ""); err == nil || !strings.Contains(err.Error(), "not admitted") {
 		t.Errorf("the stranger listing: %v", err)
+	}
+}
+
+// A peer that opens a job list or output stream and sends nothing is cut
+// off after firstRequestTimeout and counted as refused: it held its slot
+// for the stream's whole requestTimeout, and four admitted peers doing so
+// blocked every list.
+func TestSilentJobRequestsAreCutOff(t *testing.T) {
+	a, nodes := trustedFleet(t, "b")
+	b := nodes["b"]
+	for _, c := range []struct {
+		proto    protocol.ID
+		from, to *Node
+		refused  *atomic.Int64
+	}{
+		{JobListProtocol, b, a, &a.jobs.listRefused},
+		{JobOutputProtocol, a, b, &b.jobs.outputRefused},
+	} {
+		s, err := c.from.host.NewStream(context.Background(), c.to.ID(), c.proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		io.Copy(io.Discard, s) // until the server ends the stream
+		took := time.Since(start)
+		s.Reset()
+		if took >= requestTimeout {
+			t.Errorf("%s: a silent stream was held %v, past the first request's %v", c.proto, took, firstRequestTimeout)
+		}
+		waitFor(t, string(c.proto)+"'s silent stream counted as refused", func() bool { return c.refused.Load() == 1 })
 	}
 }
 

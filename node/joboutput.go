@@ -75,7 +75,7 @@ func (n *Node) serveJobOutput(s network.Stream) {
 		return
 	}
 	defer n.jobs.outputs.Release(from)
-	line, err := bufio.NewReaderSize(s, jobOutputRequestMax).ReadSlice('\n')
+	line, err := readFirstRequest(s, jobOutputRequestMax)
 	var id string
 	if err == nil {
 		id, err = decodeJobOutputRequest(line)
@@ -195,6 +195,16 @@ func decodeJobOutputAnswer(r io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes of output, at most %d", errBadOutputAnswer, len(a.Output), jobOutputMax)
 	}
 	return a.Output, nil
+}
+
+// readFirstRequest reads s's request line, of at most max bytes, and
+// resets s if the line has not come whole within firstRequestTimeout. A
+// timer rather than a read deadline, as gossip's sync server has: some
+// transports (mocknet's, which the simulator runs on) ignore deadlines.
+func readFirstRequest(s network.Stream, max int) ([]byte, error) {
+	late := time.AfterFunc(firstRequestTimeout, func() { s.Reset() })
+	defer late.Stop()
+	return bufio.NewReaderSize(s, max).ReadSlice('\n')
 }
 
 // askLine opens a stream of proto to p and sends req as one JSON line, for

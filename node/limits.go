@@ -35,6 +35,12 @@ const (
 	// requestTimeout bounds the small request a stream of the agent's
 	// own protocols (job lists and outputs, task watches) starts with.
 	requestTimeout = 5 * time.Second
+	// firstRequestTimeout bounds, tighter, the wait for the request line
+	// of a stream that takes a slot before it reads it (job lists and
+	// outputs): an honest peer writes its line as the stream opens, and
+	// one that sends nothing held its slot for requestTimeout, so four
+	// admitted peers could block every job list.
+	firstRequestTimeout = 2 * time.Second
 	// handshakes caps the inbound connections in the handshake at once,
 	// from everyone; libp2p's default is 32, which 33 silent sockets fill.
 	handshakes = 512

@@ -59,13 +59,14 @@ type Info struct {
 }
 
 // Main serves impl on stdin and stdout and exits: 0 when the agent stops
-// it, 1 (saying why on stderr) if impl is not a plugin.
+// it, 1 (saying why on stderr) if impl is not a plugin or if a call has
+// not returned endGrace after the input ended.
 func Main(info Info, impl any) {
 	if info.Name == "" {
 		info.Name = filepath.Base(os.Args[0])
 	}
 	runtime.GOMAXPROCS(max(info.Procs, 1))
-	if err := Serve(info, impl, stdio(0, "stdin"), stdio(1, "stdout")); err != nil {
+	if err := serve(info, impl, stdio(0, "stdin"), stdio(1, "stdout"), endGrace); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -152,24 +153,65 @@ type request struct {
 }
 
 // Serve speaks the protocol on in and out until in ends or the agent asks
-// the plugin to shut down; calls still running are cancelled.
+// the plugin to shut down; calls still running are cancelled, and waited
+// for however long they take: a call left running would write its answer
+// to out after Serve returned, and the caller may use out for something
+// else by then. Main, which exits, waits endGrace at most.
 func Serve(info Info, impl any, in io.Reader, out io.Writer) error {
+	return serve(info, impl, in, out, 0)
+}
+
+// endGrace is how long Main waits, once its input ended, for the calls it
+// cancelled to return. Without it a method that ignores its context kept
+// the process running for good after its agent had gone. A living agent
+// that stops a plugin kills it after its own 2 s (external.Config's
+// StopGrace), so the grace matters only to a plugin whose agent is gone.
+const endGrace = 2 * time.Second
+
+// serve is Serve, waiting at most grace (0: for good) for the calls still
+// running once reading ends.
+func serve(info Info, impl any, in io.Reader, out io.Writer, grace time.Duration) error {
 	ms, err := methods(impl)
 	if err != nil {
 		return err
 	}
 	s := &server{info: info, methods: ms, out: out, running: map[int64]*callCtx{},
 		work: make(chan func()), quit: make(chan struct{})}
-	defer s.wg.Wait()
-	defer close(s.quit)
-	defer s.cancelAll()
 	s.br, s.ended = bufio.NewReaderSize(in, 64<<10), make(chan error, 1)
 	// Reading starts on a worker: the goroutine that reads the first
 	// call answers it, and this one must be free to cancel the calls
 	// still running when reading ends.
 	s.reader = s.readRequests
 	s.run(s.reader)
-	return <-s.ended
+	err = <-s.ended
+	s.cancelAll()
+	close(s.quit)
+	if !s.waitWorkers(grace) {
+		return fmt.Errorf("sdk: a call was still running %v after the input ended (its method ignores its context); exiting without it", grace)
+	}
+	return err
+}
+
+// waitWorkers waits for the workers, and so for the calls they run, for
+// at most grace (0: for good), and reports whether they all ended.
+func (s *server) waitWorkers(grace time.Duration) bool {
+	if grace == 0 {
+		s.wg.Wait()
+		return true
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // readRequests reads and handles requests until one is a call, or the

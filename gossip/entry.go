@@ -35,6 +35,9 @@ var (
 	ErrTooLarge   = errors.New("gossip: entry over the size limits")
 	ErrBadSig     = errors.New("gossip: bad entry signature")
 	ErrFromFuture = errors.New("gossip: entry from the future")
+	// ErrNotCanonical is an envelope that opens but is not the bytes its
+	// fields encode to (see Open); it wraps ErrMalformed.
+	ErrNotCanonical = fmt.Errorf("%w: envelope not in its canonical encoding", ErrMalformed)
 )
 
 // Entry is one versioned key of the replicated map. Deleted marks a
@@ -190,6 +193,14 @@ func Open(raw []byte) (*Signed, error) {
 	}
 	if string(env.PayloadType) != string(payloadType) {
 		return nil, fmt.Errorf("%w: payload type %q", ErrMalformed, env.PayloadType)
+	}
+	// The signature covers the payload, not the envelope's bytes:
+	// protobuf takes unknown fields and a field given twice, so anyone
+	// could make other bytes of this very entry, with another hash (which
+	// breaks the tie of an author's one clock: see newer) and another
+	// pubsub message ID. Only the bytes Sign writes are taken.
+	if canon, err := env.Marshal(); err != nil || !bytes.Equal(canon, raw) {
+		return nil, ErrNotCanonical
 	}
 	signer, err := peer.IDFromPublicKey(env.PublicKey)
 	if err != nil {

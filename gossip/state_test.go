@@ -309,6 +309,36 @@ func TestOpenRefusesForgeries(t *testing.T) {
 	}
 }
 
+// An envelope's bytes are not all signed: protobuf takes fields it does
+// not know and a field given twice (the last counts). Anyone holding an
+// entry could so make copies of it that open to the same entry under
+// other bytes, another hash: the higher hash won the tie of one author's
+// one clock, so a stranger's copy padded to MaxEntrySize replaced a
+// trusted writer's entry on every node, and each copy was a new pubsub
+// message (IDs are content hashes) that every node checked and passed on.
+// Only the bytes Sign writes open.
+func TestOpenRefusesAlteredEnvelopes(t *testing.T) {
+	a := newAuthor(t, rand.New(rand.NewPCG(4, 4)))
+	good := a.write(t, t0, "tribes/core", "v", false)
+	field := func(num byte, data []byte) []byte { // a length-delimited field
+		return append([]byte{num<<3 | 2, byte(len(data))}, data...)
+	}
+	for name, raw := range map[string][]byte{
+		"an unknown field after":  append(slices.Clone(good.Raw), field(9, []byte("padding"))...),
+		"an unknown field before": append(field(15, []byte("x")), good.Raw...),
+		"the payload twice":       append(field(3, []byte("junk")), good.Raw...),
+		"the payload type twice":  append(field(2, []byte("/tribe/entry/1")), good.Raw...),
+	} {
+		e, err := Open(raw)
+		if !errors.Is(err, ErrNotCanonical) || !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrNotCanonical", name, err)
+		}
+		if e != nil {
+			t.Errorf("%s: opened to %s (hash %x, the original's %x)", name, e.Key, e.Hash[:4], good.Hash[:4])
+		}
+	}
+}
+
 func TestAuthTableClassifiesEveryKind(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	p := newAuthor(t, rng).id.String()

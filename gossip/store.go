@@ -281,10 +281,15 @@ func (s *Store) Close() error { return s.db.Close() }
 // bytes, bad signature) is corruption and an error; one the trust list no
 // longer authorises, or whose value value (if set: ReplicaConfig.Value)
 // refuses, is skipped and reported in skipped, since trust and the rules
-// may change between runs.
+// may change between runs, and so is a signed entry in bytes other than
+// its own (ErrNotCanonical), which earlier versions took.
 func LoadState(s *Store, st *State, value func(*Signed) error) (loaded, skipped int, err error) {
 	err = s.Load(func(key string, raw []byte) error {
 		e, err := Open(raw)
+		if errors.Is(err, ErrNotCanonical) {
+			skipped++ // another's copy an earlier version took (see Open)
+			return nil
+		}
 		if err != nil {
 			return corrupt(s.path, "key %q: %v", key, err)
 		}

@@ -57,6 +57,30 @@ func TestStoreRoundTripAndTrustChanges(t *testing.T) {
 	}
 }
 
+// A store an earlier version filled may hold an entry in bytes other
+// than its own (see TestOpenRefusesAlteredEnvelopes): such a copy is
+// skipped, as an entry the rules no longer allow is, not taken for
+// damage that stops the agent; peers hold the entry itself.
+func TestLoadSkipsAlteredEnvelopes(t *testing.T) {
+	a := newAuthor(t, rand.New(rand.NewPCG(12, 12)))
+	st, err := OpenStore(filepath.Join(t.TempDir(), StoreFile), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	good := a.write(t, t0, "tribes/core", "v", false)
+	altered := *a.write(t, t0, "tribes/edge", "v", false)
+	altered.Raw = append(slices.Clone(altered.Raw), 9<<3|2, 1, 'x') // an unknown field
+	if err := st.Put(good, &altered); err != nil {
+		t.Fatal(err)
+	}
+	s := NewState(NewTrust())
+	loaded, skipped, err := LoadState(st, s, nil)
+	if err != nil || loaded != 1 || skipped != 1 {
+		t.Fatalf("loaded %d skipped %d: %v", loaded, skipped, err)
+	}
+}
+
 func TestCorruptStoreIsReportedNotReset(t *testing.T) {
 	dir := t.TempDir()
 	// Not a bbolt file at all.

@@ -27,10 +27,16 @@ const (
 	// at most, with each entry's value held twice).
 	MaxPending = 1024
 	// PendingRewrite is the least time between two versions of such a
-	// record (a node that does not count waits as long between its own
-	// writes): at most MaxPending of them are held, and so at most
-	// MaxPending/PendingRewrite versions a second reach each node.
+	// record by their clocks (a node that does not count waits as long
+	// between its own writes); pendingRetake the least time between this
+	// node taking one and the next, by its own clock (see checkPending):
+	// at most MaxPending of them are held, and so at most
+	// MaxPending/pendingRetake versions a second reach each node.
 	PendingRewrite = 10 * time.Second
+	// pendingRetake is half PendingRewrite: versions written that far
+	// apart arrive closer when the first came late (by a pull, the
+	// second by pubsub), and one refused waits for the next pull.
+	pendingRetake = PendingRewrite / 2
 )
 
 // ErrPendingTooLarge, ErrPendingFull and ErrPendingTooSoon refuse a
@@ -50,6 +56,15 @@ type pendingCount struct {
 	mu sync.Mutex
 	n  int
 	at time.Time
+	// taken is when this node took each version of such a record, by
+	// key, by its own clock (see checkPending); entries older than
+	// pendingRetake are dropped once there are MaxPending.
+	taken map[string]takenAt
+}
+
+type takenAt struct {
+	hash [32]byte
+	at   time.Time
 }
 
 const pendingRecount = time.Second
@@ -64,6 +79,8 @@ func (r *Replica) checkPending(e *Signed) error {
 	if len(e.Value) > MaxPendingRecord {
 		return fmt.Errorf("%w: %s by %s holds %d bytes", ErrPendingTooLarge, e.Key, e.Author, len(e.Value))
 	}
+	p := &r.pending
+	now := r.now()
 	if held, ok := r.Version(e.Key); ok {
 		// A new version of a key held: no more of them, but no sooner
 		// than PendingRewrite after the one held, by their clocks (so
@@ -72,22 +89,57 @@ func (r *Replica) checkPending(e *Signed) error {
 		if e.HLC > held.HLC && e.HLC.Wall().Sub(held.HLC.Wall()) < PendingRewrite {
 			return fmt.Errorf("%w: %s by %s, %v after the version held", ErrPendingTooSoon, e.Key, e.Author, e.HLC.Wall().Sub(held.HLC.Wall()))
 		}
+		if !e.newer(held) {
+			return nil // it changes nothing
+		}
+		// Nor sooner than pendingRetake after this node took the one
+		// held, by its own clock: the author picks its clocks, and
+		// versions that start in the past, or that share the held one's
+		// clock with a higher hash, met the rule above at any pace. A
+		// version refused here is taken later (anti-entropy brings it
+		// again), so nodes still end with the same one. Versions
+		// checked at once (pubsub validates in parallel) all find the
+		// same one held: the last taken is what counts, applied or not.
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if t, ok := p.taken[e.Key]; ok && t.hash != e.Hash && now.Sub(t.at) < pendingRetake && !now.Before(t.at) {
+			return fmt.Errorf("%w: %s by %s, %v after this node took the version held", ErrPendingTooSoon, e.Key, e.Author, now.Sub(t.at))
+		}
+		p.take(e, now)
 		return nil
 	}
 	if e.Deleted {
 		return fmt.Errorf("%w: %s by %s deletes a record not held", ErrNotAdmitted, e.Key, e.Author)
 	}
-	p := &r.pending
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now := r.now(); now.Sub(p.at) >= pendingRecount || now.Before(p.at) {
+	if now.Sub(p.at) >= pendingRecount || now.Before(p.at) {
 		p.n, p.at = r.pendingHeld(), now
 	}
 	if p.n >= MaxPending {
 		return fmt.Errorf("%w: %s by %s", ErrPendingFull, e.Key, e.Author)
 	}
 	p.n++
+	p.take(e, now)
 	return nil
+}
+
+// take notes that e was taken at now (an overcount too: it may lose to
+// another copy, or an agent's check, before it is applied). Callers hold
+// p.mu. Only notes younger than pendingRetake matter, and each key
+// gets at most one in that time, so past MaxPending the old ones go.
+func (p *pendingCount) take(e *Signed, now time.Time) {
+	if p.taken == nil {
+		p.taken = map[string]takenAt{}
+	}
+	if len(p.taken) >= MaxPending {
+		for k, t := range p.taken {
+			if now.Sub(t.at) >= pendingRetake || now.Before(t.at) {
+				delete(p.taken, k)
+			}
+		}
+	}
+	p.taken[e.Key] = takenAt{hash: e.Hash, at: now}
 }
 
 // pendingHeld counts the record keys held, tombstones included, of nodes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	mrand "math/rand/v2"
 	"slices"
 	"strings"
@@ -241,5 +242,55 @@ func TestRecordsOfNodesThatDoNotCountAreBounded(t *testing.T) {
 	r.pending.mu.Unlock()
 	if _, err := r.Accept(late.id, late.write(t, now, "nodes/"+late.id.String(), `{"name":"p"}`, false).Raw); err != nil {
 		t.Fatalf("a record once one of the held was revoked: %v", err)
+	}
+}
+
+// A record of a node that does not count is taken no sooner than
+// PendingRewrite after the one held, by their clocks, and that bound held
+// only forwards: its author picks its clocks, so versions a second apart
+// on this node's clock, each PendingRewrite after the last on theirs
+// (starting in the past), or each at the held one's very clock with a
+// higher hash (which wins that tie), were all taken, checked, stored and
+// passed on. Each such version is now also taken no sooner than
+// pendingRetake after this node took the one held, by its own clock.
+func TestPendingRecordsRewrittenNoFasterThanTheBound(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(7, 8))
+	writer, p := newAuthor(t, rng), newAuthor(t, rng)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(id peer.ID) bool { return id == writer.id }})
+	r := n.r
+	key := "nodes/" + p.id.String()
+	at := func(hlc HLC, name string) *Signed {
+		s, err := Sign(Entry{Key: key, Value: []byte(`{"name":"` + name + `"}`), HLC: hlc}, p.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	past := MakeHLC(n.clock.now().Add(-time.Hour).UnixMilli(), 0)
+	if _, err := r.Accept(p.id, at(past, "first").Raw); err != nil {
+		t.Fatalf("a pending node's first record: %v", err)
+	}
+	n.clock.advance(time.Second)
+	next := past + MakeHLC(PendingRewrite.Milliseconds(), 0)
+	if _, err := r.Accept(p.id, at(next, "second").Raw); !errors.Is(err, ErrPendingTooSoon) {
+		t.Fatalf("a version %v after the held one on its clock, a second later on ours: %v, want ErrPendingTooSoon", PendingRewrite, err)
+	}
+	held, _ := r.Get(key)
+	var same *Signed
+	for i := 0; same == nil; i++ {
+		if s := at(held.HLC, fmt.Sprint("same", i)); s.newer(held) {
+			same = s
+		}
+	}
+	if _, err := r.Accept(p.id, same.Raw); !errors.Is(err, ErrPendingTooSoon) {
+		t.Fatalf("a version at the held one's clock with a higher hash, a second later: %v, want ErrPendingTooSoon", err)
+	}
+	n.clock.advance(pendingRetake - time.Second)
+	if _, err := r.Accept(p.id, at(next, "second").Raw); err != nil {
+		t.Fatalf("the next version %v after this node took the held one: %v", pendingRetake, err)
+	}
+	if got := r.Rejected()["pending_too_soon"]; got != 2 {
+		t.Fatalf("pending_too_soon %d, want 2", got)
 	}
 }

@@ -86,7 +86,7 @@ func (r *Replica) commitBehind(entries []*Signed) ([]*Change, error) {
 			continue
 		}
 		changes = append(changes, ch)
-		r.clock = Observe(r.clock, e.HLC)
+		r.observe(e)
 		if c.behind == nil {
 			c.behind = map[string]bool{}
 		}
@@ -220,6 +220,20 @@ func (r *Replica) commitBatch(batch []*commitReq) {
 		if c != nil {
 			q.changes = append(q.changes, c)
 		}
-		r.clock = Observe(r.clock, e.HLC)
+		r.observe(e)
+	}
+}
+
+// observe moves this node's clock past e's (callers hold r.mu), if e's
+// author is this node or counts: the clock orders a write made after
+// seeing another one over it, and only nodes that count write keys this
+// node writes too, or that it weighs against its own (a force-leave
+// against the record of a node that counts). A stranger's record, taken up to
+// MaxClockSkew ahead, moved the clock as far: this node's next writes
+// were then refused as from the future, and not passed on, by every node
+// whose clock ran a moment behind, and each new record did it again.
+func (r *Replica) observe(e *Signed) {
+	if e.HLC > r.clock && (e.Author == r.self || r.counts(e.Author)) {
+		r.clock = e.HLC
 	}
 }

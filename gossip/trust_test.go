@@ -294,3 +294,39 @@ func TestPendingRecordsRewrittenNoFasterThanTheBound(t *testing.T) {
 		t.Fatalf("pending_too_soon %d, want 2", got)
 	}
 }
+
+// This node's clock moves past the clocks it sees (so that a write made
+// after seeing another wins over it), but only those of nodes that count:
+// a stranger's record a minute ahead (taken: it is its own record) moved
+// it as far, and the node's next writes were then refused, as from the
+// future, by every node whose clock ran a moment behind this one's, and
+// not passed on by them; a stranger could do so again with each record.
+func TestStrangersClocksDoNotMoveThisNodes(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(9, 10))
+	writer, stranger, admitted := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(id peer.ID) bool { return id == writer.id || id == admitted.id }})
+	r := n.r
+	now := n.clock.now()
+	ahead := now.Add(MaxClockSkew - time.Second)
+	if _, err := r.Accept(stranger.id, stranger.write(t, ahead, "nodes/"+stranger.id.String(), "{}", false).Raw); err != nil {
+		t.Fatalf("a stranger's record %v ahead: %v", MaxClockSkew-time.Second, err)
+	}
+	own, err := r.Put(t.Context(), "nodes/"+n.h.ID().String(), []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.HLC.Wall().After(now) {
+		t.Fatalf("this node's write after a stranger's record %v ahead is %v ahead", ahead.Sub(now), own.HLC.Wall().Sub(now))
+	}
+	// A node that counts still moves it.
+	if _, err := r.Accept(admitted.id, admitted.write(t, ahead, "nodes/"+admitted.id.String(), "{}", false).Raw); err != nil {
+		t.Fatal(err)
+	}
+	if own, err = r.Put(t.Context(), "nodes/"+n.h.ID().String(), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if own.HLC.Wall().Before(ahead) {
+		t.Fatalf("this node's write after an admitted node's record %v ahead is at %v", ahead.Sub(now), own.HLC.Wall().Sub(now))
+	}
+}

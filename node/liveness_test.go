@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/swim"
 )
 
@@ -120,7 +121,8 @@ func TestSwimForgeryAndRefutation(t *testing.T) {
 		return ok1 && ok2
 	})
 	// In a's name, signed with b's key: a forgery.
-	f := swim.Update{Node: string(b.ID()), State: swim.Dead, Incarnation: 1 << 50, From: string(a.ID())}
+	inc := uint64(time.Now().UnixMilli()) + 1000 // past a's and b's own
+	f := swim.Update{Node: string(b.ID()), State: swim.Dead, Incarnation: inc, From: string(a.ID())}
 	f.Sig, _ = b.key.Sign(swimSigned(f))
 	swimSend(t, b, a.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPing, Msg: swim.Message{Updates: []swim.Update{f}}}))
 	if s, _ := a.swim.d.State(string(b.ID())); s != swim.Alive || a.swim.bad.Load() != 1 {
@@ -128,7 +130,7 @@ func TestSwimForgeryAndRefutation(t *testing.T) {
 	}
 
 	// b suspects a of an incarnation above a's own: a must bump past it.
-	u := swim.Update{Node: string(a.ID()), State: swim.Suspect, Incarnation: 1 << 60, From: string(b.ID())}
+	u := swim.Update{Node: string(a.ID()), State: swim.Suspect, Incarnation: inc, From: string(b.ID())}
 	u.Sig, _ = b.key.Sign(swimSigned(u))
 	if _, err := swimSend(t, b, a.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPing, Msg: swim.Message{Updates: []swim.Update{u}}})); err != nil {
 		t.Fatal(err)
@@ -140,6 +142,42 @@ func TestSwimForgeryAndRefutation(t *testing.T) {
 	waitFor(t, "a to refute and b to hear it", func() bool { return b.liveness(a.ID()) == Alive })
 	if a.swim.bad.Load() != 1 || b.swim.bad.Load() != 0 {
 		t.Errorf("bad_swim %d and %d, want 1 (the forgery) and 0", a.swim.bad.Load(), b.swim.bad.Load())
+	}
+}
+
+// A member's claim at an incarnation no node can hold yet (a node starts
+// from its start time in milliseconds and adds one per refutation) is
+// refused and counted, by the node it accuses and by every other: one at
+// swim.MaxIncarnation − 1 made its node refute at MaxIncarnation, which
+// everyone refuses, so a healthy node was suspect, then dead, for good.
+func TestSwimRefusesIncarnationsFromTheFuture(t *testing.T) {
+	a := startNode(t, loopbackConfig(t, "a"))
+	cb := loopbackConfig(t, "b")
+	cb.Join = []string{tcpAddr(a)}
+	b := startNode(t, cb)
+	waitFor(t, "a and b to know each other", func() bool {
+		_, ok1 := a.swim.d.State(string(b.ID()))
+		_, ok2 := b.swim.d.State(string(a.ID()))
+		return ok1 && ok2
+	})
+	far := uint64(time.Now().Add(gossip.MaxClockSkew + time.Minute).UnixMilli())
+	for _, inc := range []uint64{swim.MaxIncarnation - 1, far} {
+		u := swim.Update{Node: string(a.ID()), State: swim.Suspect, Incarnation: inc, From: string(b.ID())}
+		u.Sig = b.swimConfig().Sign(u)
+		badA, badB := a.swim.bad.Load(), b.swim.bad.Load()
+		if _, err := swimSend(t, b, a.ID(), swim.AppendFrame(nil, swim.Frame{Kind: swim.KindPing, Msg: swim.Message{Updates: []swim.Update{u}}})); err != nil {
+			t.Fatal(err)
+		}
+		b.swim.d.ApplySnapshot([]swim.Update{u})
+		if s, _ := b.swim.d.State(string(a.ID())); s != swim.Alive {
+			t.Fatalf("b holds a %v after a claim at incarnation %d", s, inc)
+		}
+		if c := a.swim.d.Stats().Counts; c.Refuted != 0 {
+			t.Fatalf("a refuted a claim at incarnation %d", inc)
+		}
+		if a.swim.bad.Load() != badA+1 || b.swim.bad.Load() != badB+1 {
+			t.Fatalf("bad_swim rose by %d on a and %d on b, want 1 and 1", a.swim.bad.Load()-badA, b.swim.bad.Load()-badB)
+		}
 	}
 }
 

@@ -140,6 +140,15 @@ func (n *Node) checkSwim(u swim.Update) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	if limit := swimIncarnationLimit(n.now()); u.Incarnation > limit {
+		// A node's incarnation is the time it started, in ms, plus one
+		// per refutation (startSwim): none is this far ahead. A claim
+		// that is must not be taken, least of all refuted: one at
+		// swim.MaxIncarnation − 1 made its node refute at
+		// MaxIncarnation, which everyone refuses, and a healthy node
+		// was dead for good on one member's word.
+		return fmt.Errorf("incarnation %d, past the %d any node has now", u.Incarnation, limit)
+	}
 	if u.State == swim.Alive || u.State == swim.Left {
 		if _, ok := n.replica.Get(nodesPrefix + about.String()); !ok {
 			return errNoRecord
@@ -153,6 +162,16 @@ func (n *Node) checkSwim(u swim.Update) error {
 		return fmt.Errorf("bad signature (%v)", err)
 	}
 	return nil
+}
+
+// swimIncarnationLimit is the highest incarnation a claim may carry at
+// now: the time in ms, as a node starts from, with its clock as far ahead
+// as an entry's may be (gossip.MaxClockSkew), which leaves a node that
+// refutes now and then far below it. A node a claim pushed to the limit
+// refutes one past it, which others take a millisecond later (by their
+// clocks): a suspicion lasts seconds.
+func swimIncarnationLimit(now time.Time) uint64 {
+	return uint64(now.Add(gossip.MaxClockSkew).UnixMilli())
 }
 
 // startSwim builds the detector, serves SwimProtocol, and makes every

@@ -28,7 +28,8 @@ import (
 // call every target of the order but itself, and itself too if listed;
 // ModeNear the same, but only the targets it holds a connection to (it
 // dials none, and notes the others at once); ModeServe asks it to run the
-// order for itself only (it must be listed). A caller may sign several
+// order for itself only (it must be listed). Only the order's signer
+// hands it over in ModeRelay or ModeNear. A caller may sign several
 // orders with one ID, each for some targets (one per relay and round):
 // a target runs one ID once.
 // The node writes back one frame per target as each finishes, then closes

@@ -414,6 +414,38 @@ func TestRelayNearDialsNone(t *testing.T) {
 	}
 }
 
+// A node relays an order only for its signer: another node that holds it
+// (a relay it was handed to, a target) cannot make every node it reaches
+// pass it on to all its targets once more, in the caller's relay slots.
+// The refusal is counted; the signer's own hand-off of it goes through.
+func TestRelayOnlyForTheOrdersSigner(t *testing.T) {
+	c := newRelayNode(t, nil)
+	x := newRelayNode(t, nil)
+	r := newRelayNode(t, nil, c.host.ID())
+	n := newRelayNode(t, nil, c.host.ID())
+	knows(r, n)
+	connect(t, c, r)
+	connect(t, x, r)
+	o := order("laundered", "count", "run", 10*time.Second, n)
+	sealed := seal(t, o, c.key())
+	for _, dial := range []bool{true, false} {
+		var got []RelayOutcome
+		x.caller.Relay(context.Background(), r.host.ID(), o, sealed, dial, func(oc RelayOutcome) { got = append(got, oc) })
+		if len(got) != 1 || got[0].Response.OK || !got[0].Again {
+			t.Fatalf("relayed for another than its signer (dial %v): %+v", dial, got)
+		}
+	}
+	if runs := n.runs.Load(); runs != 0 {
+		t.Fatalf("the order ran %d times", runs)
+	}
+	if got := r.server.Refused(); got[CodeUnauthorized] != 2 {
+		t.Fatalf("the relay's refusals: %v", got)
+	}
+	if oc := relayAll(c, r, o, sealed)[n.host.ID()]; !oc.Response.OK || string(oc.Response.Result) != "1" {
+		t.Fatalf("the signer's own hand-off: %+v", oc)
+	}
+}
+
 // A node remembers each order until its deadline, at most
 // maxRememberedPerCaller of one caller's at once: one caller cannot fill
 // the memory the others' orders need; once the deadlines pass, there is

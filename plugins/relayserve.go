@@ -140,6 +140,14 @@ func (r *Relay) handle(st network.Stream) {
 	case ModeServe:
 		r.serve(st, o, caller)
 	case ModeRelay, ModeNear:
+		if from != caller {
+			// Only the caller hands its orders to relays (a relay passes
+			// them on in ModeServe): anyone else who holds one, a relay
+			// or a target, would have every node it reaches pass it on
+			// to all its targets again, in the caller's relay slots.
+			r.refuse(st, from, CodeUnauthorized, fmt.Errorf("plugins: an order of %s's handed over by %s: a node relays an order only for its signer", caller, from))
+			return
+		}
 		r.relay(st, o, caller, body, mode == ModeRelay)
 	default:
 		r.refuse(st, from, CodeBadRequest, fmt.Errorf("plugins: relay mode %q", mode))

@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -443,6 +444,46 @@ func TestRelayOnlyForTheOrdersSigner(t *testing.T) {
 	}
 	if oc := relayAll(c, r, o, sealed)[n.host.ID()]; !oc.Response.OK || string(oc.Response.Result) != "1" {
 		t.Fatalf("the signer's own hand-off: %+v", oc)
+	}
+}
+
+// A peer that does not count gets as few relay streams as call streams
+// (they share StrangerCallStreams), refused (reset, counted) as they
+// open, before any byte of an order is read: each used to wait
+// readTimeout for a frame of up to maxOrderSize, as many as libp2p let
+// through.
+func TestStrangersGetFewRelayStreams(t *testing.T) {
+	oldRead := readTimeout
+	readTimeout = time.Minute // held streams wait for the test's end
+	defer func() { readTimeout = oldRead }()
+	member, stranger := newRelayNode(t, nil), newRelayNode(t, nil)
+	n := newRelayNode(t, nil, member.host.ID())
+	n.server.counts = func(p peer.ID) bool { return p == member.host.ID() }
+	connect(t, stranger, n)
+	connect(t, member, n)
+	var reset atomic.Int64
+	for range StrangerCallStreams + 6 {
+		st, err := stranger.host.NewStream(context.Background(), n.host.ID(), RelayProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Reset() })
+		if _, err := st.Write([]byte{100}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			if _, err := st.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
+				reset.Add(1)
+			}
+		}()
+	}
+	waitUntil(t, "the stranger's relay streams past its share reset", func() bool { return reset.Load() == 6 })
+	if got := n.server.Refused()[CodeUnauthorized]; got != 6 {
+		t.Errorf("counted %d stranger streams refused, want 6", got)
+	}
+	o := order("m", "count", "run", 10*time.Second, n)
+	if r := member.caller.Order(context.Background(), n.host.ID(), o, seal(t, o, member.key())); !r.OK {
+		t.Errorf("a member's order while the stranger holds its streams: %+v", r)
 	}
 }
 

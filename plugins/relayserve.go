@@ -116,6 +116,17 @@ func (r *Relay) handle(st network.Stream) {
 	r.wg.Add(1)
 	defer r.wg.Done()
 	from := st.Conn().RemotePeer()
+	// Orders come from callers and relays, which count: a peer that
+	// does not shares its few call streams (StrangerCallStreams) with
+	// these, before any byte is read.
+	ok, stranger := r.d.Server.admitStream(from)
+	if !ok {
+		r.refuse(st, from, CodeUnauthorized, errors.New("plugins: too many call and relay streams from nodes that do not count"))
+		return
+	}
+	if stranger {
+		defer r.d.Server.leaveStream(from)
+	}
 	st.SetReadDeadline(time.Now().Add(readTimeout))
 	b, held, err := readFrame(bufio.NewReader(st), maxOrderSize, st.Scope())
 	if err != nil {

@@ -72,7 +72,8 @@ const (
 // StrangerCallStreams at once, and all such callers together
 // strangerStreamsAll, checked when the stream opens: eight strangers with
 // CallStreamsPerPeer each used to hold every inbound stream the system
-// allows, members' probes and calls included.
+// allows, members' probes and calls included. Its streams of
+// RelayProtocol (a Relay on this Server) count among them.
 const StrangerCallStreams = 4
 
 // strangerStreamsAll is a variable for tests.

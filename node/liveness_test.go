@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,6 +179,47 @@ func TestSwimRefusesIncarnationsFromTheFuture(t *testing.T) {
 		if a.swim.bad.Load() != badA+1 || b.swim.bad.Load() != badB+1 {
 			t.Fatalf("bad_swim rose by %d on a and %d on b, want 1 and 1", a.swim.bad.Load()-badA, b.swim.bad.Load()-badB)
 		}
+	}
+}
+
+// A peer that does not count holds at most swimStrangers of the probe
+// streams served at once; more are reset as they open and counted
+// (swim_busy). Each stream takes its slot before its frame is read, for
+// up to a probe interval: one stranger's silent streams held every slot,
+// and every member's probe was answered busy, its gossip not taken.
+func TestStrangersHoldFewSwimSlots(t *testing.T) {
+	ca, cb := loopbackConfig(t, "a"), loopbackConfig(t, "b")
+	ca.ProbeInterval, cb.ProbeInterval = time.Minute, time.Minute // held streams wait for the test's end
+	ca.Trusted = []string{identity(t, ca).String(), identity(t, cb).String()}
+	cb.Trusted = ca.Trusted
+	a := startNode(t, ca)
+	cb.Join = []string{tcpAddr(a)}
+	b := startNode(t, cb)
+	cs := loopbackConfig(t, "stranger")
+	cs.Trusted, cs.Join = ca.Trusted, []string{tcpAddr(a)}
+	stranger := startNode(t, cs)
+	waitFor(t, "b and the stranger to connect", func() bool { return a.isConnected(b.ID()) && a.isConnected(stranger.ID()) })
+	busy0 := a.swim.busy.Load()
+	var reset atomic.Int64
+	for range swimServing {
+		s, err := stranger.host.NewStream(t.Context(), a.ID(), SwimProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Reset() })
+		s.Write([]byte{byte(swim.KindPing)})
+		go func() {
+			if _, err := s.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
+				reset.Add(1)
+			}
+		}()
+	}
+	waitFor(t, "the stranger's streams past its share reset", func() bool { return reset.Load() == swimServing-swimStrangers })
+	if got := a.swim.busy.Load() - busy0; got != swimServing-swimStrangers {
+		t.Errorf("swim_busy rose by %d, want %d", got, swimServing-swimStrangers)
+	}
+	if _, err := b.swimExchange(t.Context(), a.ID(), swim.Frame{Kind: swim.KindPing}); err != nil {
+		t.Fatalf("a member's probe while the stranger holds its streams: %v", err)
 	}
 }
 

@@ -35,6 +35,14 @@ const SwimProtocol = "/tribe/swim/1.0.0"
 // probe and a few gossip messages a second.
 const swimServing = 64
 
+// swimStrangers caps the probe streams served at once to peers that do
+// not count, out of swimServing: a slot is taken before the frame is
+// read, for up to a probe interval, and a stranger's silent streams held
+// every one (members' probes were answered busy, their gossip not
+// taken). A pending node probes the members it knows, on kept streams
+// mostly (swimkept.go).
+const swimStrangers = 8
+
 // swimSyncing caps the snapshots served at once (each up to
 // swim.MaxSyncFrame, 2 MiB, each way).
 const swimSyncing = 4
@@ -51,12 +59,13 @@ const swimDomain = "tribe-swim/1\x00"
 
 // swimState is the detector as the node wires it.
 type swimState struct {
-	d        *swim.Detector
-	serving  chan struct{}
-	refusing chan struct{} // busy answers being written: at most swimBusyAnswers
-	syncing  chan struct{} // snapshots being served: at most swimSyncing
-	bad      atomic.Int64  // frames that did not decode, updates that did not verify
-	busy     atomic.Int64
+	d         *swim.Detector
+	serving   chan struct{}
+	refusing  chan struct{} // busy answers being written: at most swimBusyAnswers
+	strangers chan struct{} // probes served to peers that do not count: at most swimStrangers
+	syncing   chan struct{} // snapshots being served: at most swimSyncing
+	bad       atomic.Int64  // frames that did not decode, updates that did not verify
+	busy      atomic.Int64
 
 	mu      sync.Mutex
 	heard   map[peer.ID]time.Time // when each node last answered or sent a probe (the node's clock)
@@ -182,6 +191,7 @@ func (n *Node) startSwim() error {
 	n.rngMu.Unlock()
 	n.swim.serving = make(chan struct{}, swimServing)
 	n.swim.refusing = make(chan struct{}, swimBusyAnswers)
+	n.swim.strangers = make(chan struct{}, swimStrangers)
 	n.swim.syncing = make(chan struct{}, swimSyncing)
 	n.swim.heard = map[peer.ID]time.Time{}
 	n.swim.reached = map[peer.ID]bool{}
@@ -471,6 +481,18 @@ const (
 
 // serveSwim answers a probe, a gossip message or a ping-req.
 func (n *Node) serveSwim(s network.Stream) {
+	remote := s.Conn().RemotePeer()
+	counts := n.rules().Counts(remote)
+	if !counts {
+		select {
+		case n.swim.strangers <- struct{}{}:
+			defer func() { <-n.swim.strangers }()
+		default:
+			n.swim.busy.Add(1)
+			s.Reset()
+			return
+		}
+	}
 	select {
 	case n.swim.serving <- struct{}{}:
 		defer func() { <-n.swim.serving }()
@@ -486,8 +508,7 @@ func (n *Node) serveSwim(s network.Stream) {
 	s.SetDeadline(dl)
 	// Snapshots (up to swim.MaxSyncFrame) only from nodes that count, a
 	// few at a time; from anyone else a frame is a probe's size.
-	remote := s.Conn().RemotePeer()
-	sync := n.rules().Counts(remote)
+	sync := counts
 	if sync {
 		select {
 		case n.swim.syncing <- struct{}{}:
@@ -513,7 +534,6 @@ func (n *Node) serveSwim(s network.Stream) {
 		s.Reset()
 		return
 	}
-	counts := n.rules().Counts(remote)
 	if counts {
 		n.swimHeard(remote)
 	}

@@ -139,6 +139,7 @@ func (n *Node) rejected() map[string]int64 {
 	out["bad_swim"] = n.swim.bad.Load()
 	out["swim_busy"] = n.swim.busy.Load()
 	out["bad_hello"] = n.badHello.Load()
+	out["hello_busy"] = n.helloBusy.Load()
 	out["conns_shed"] = n.sheds.count.Load()
 	out["busy_not_dialled"] = n.sheds.notDialled.Load()
 	out["referrals_skipped"] = n.sheds.skipped.Load()

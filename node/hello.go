@@ -34,6 +34,17 @@ const (
 	badHelloWarnEvery = time.Minute
 )
 
+// Hellos served at once (helloing): at most helloPerPeer of one peer (a
+// peer greets once per connection), and helloServing in all, the last
+// helloReserved of them for peers that count. Each waits up to
+// helloTimeout for its message: unbounded, a stranger's silent streams
+// held every inbound stream libp2p allows, probes and calls included.
+const (
+	helloServing  = 256
+	helloPerPeer  = 2
+	helloReserved = 192
+)
+
 // ErrBadHello is returned for a hello message that is not valid.
 var ErrBadHello = errors.New("node: bad hello message")
 
@@ -244,15 +255,21 @@ func dialled(s network.Stream) bool { return s.Conn().Stat().Direction == networ
 
 // handleHello answers a peer's hello with ours.
 func (n *Node) handleHello(s network.Stream) {
+	p := s.Conn().RemotePeer()
+	if !n.helloing.AcquireFor(p, n.rules().Counts(p)) {
+		n.helloBusy.Add(1)
+		s.Reset()
+		return
+	}
+	defer n.helloing.Release(p)
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(helloTimeout))
 	h, err := readHello(s)
 	if err != nil {
 		s.Reset()
-		n.helloFailed(s.Conn().RemotePeer(), "hello: bad message", err)
+		n.helloFailed(p, "hello: bad message", err)
 		return
 	}
-	p := s.Conn().RemotePeer()
 	sent := n.helloTo(p)
 	if err := writeHello(s, sent); err != nil {
 		s.Reset()

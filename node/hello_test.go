@@ -291,3 +291,35 @@ func streamsWith(n *Node, p peer.ID, proto protocol.ID) int {
 	}
 	return k
 }
+
+// A peer serves at most helloPerPeer hellos of one peer at once, and
+// helloServing − helloReserved of peers that do not count; more are reset
+// as they open and counted (hello_busy). Each waits helloTimeout for its
+// message: a stranger's silent streams, as many as libp2p let through,
+// held the streams every other protocol needs.
+func TestHellosServedAtOnceAreBounded(t *testing.T) {
+	admin, stranger := adminAndStranger(t)
+	var reset atomic.Int64
+	for range helloPerPeer + 6 {
+		s, err := stranger.host.NewStream(t.Context(), admin.ID(), HelloProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Reset() })
+		s.Write([]byte("{"))
+		go func() {
+			if _, err := s.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
+				reset.Add(1)
+			}
+		}()
+	}
+	// Before helloTimeout, which would end them all.
+	for deadline := time.Now().Add(helloTimeout / 2); reset.Load() != 6; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the stranger's hellos reset as they opened, want 6", reset.Load())
+		}
+	}
+	if st, _ := admin.Status(t.Context()); st.Rejected["hello_busy"] != 6 {
+		t.Errorf("hello_busy %d, want 6", st.Rejected["hello_busy"])
+	}
+}

@@ -149,6 +149,10 @@ type Node struct {
 	pubsub   *pubsub.PubSub
 	swim     swimState // the failure detector (swim.go)
 	badHello atomic.Int64
+	// helloing bounds the hellos served at once (hello.go), and
+	// helloBusy counts those refused past it.
+	helloing  *gossip.Slots
+	helloBusy atomic.Int64
 	// callConnsClosed counts connections opened for a call and closed
 	// after it (useCallConn).
 	callConnsClosed atomic.Int64
@@ -244,6 +248,8 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	n.jobs.listing = gossip.NewSlots(maxListServing, 1)
 	n.jobs.outputs = gossip.NewSlots(maxOutputServing, 1)
 	n.sharing.serving = gossip.NewSlots(maxFetchServing, 1)
+	n.helloing = gossip.NewSlots(helloServing, helloPerPeer)
+	n.helloing.Reserved = helloReserved
 	n.connUse.peers = map[peer.ID]*connUsers{}
 	n.jobs.runner.MaxQueue = cfg.JobQueue
 	if n.collectFacts == nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tribeagent/tribe/plugins/jsonerr"
@@ -151,9 +152,10 @@ const DefaultFileMaxBytes = 64 << 20
 // file: beyond it publish is refused, so a caller cannot fill the disk.
 type file struct {
 	version
-	path     string
-	maxBytes int64
-	mu       *sync.Mutex // shared by every instance writing path
+	dir, name string // the host's file dir, the file's path inside it
+	path      string // dir and name joined, for messages and the lock
+	maxBytes  int64
+	mu        *sync.Mutex // shared by every instance writing path
 }
 
 // fileLocks holds one lock per file path, shared by every instance that
@@ -186,12 +188,21 @@ func newFile(v version, dir string, hostMax int64, cfg map[string]string) (*file
 	if filepath.IsAbs(name) || !filepath.IsLocal(name) {
 		return nil, fmt.Errorf("path %q: give a relative path inside the host's file directory (%s)", name, dir)
 	}
-	path := filepath.Join(dir, name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	name = filepath.Clean(name)
+	if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, name)
 	mu, _ := fileLocks.LoadOrStore(path, new(sync.Mutex))
-	return &file{version: v, path: path, maxBytes: maxBytes, mu: mu.(*sync.Mutex)}, nil
+	return &file{version: v, dir: dir, name: name, path: path, maxBytes: maxBytes, mu: mu.(*sync.Mutex)}, nil
 }
 
 func (*file) Name() string      { return "file" }
@@ -219,7 +230,17 @@ func (f *file) Call(_ context.Context, _ string, args json.RawMessage) (json.Raw
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	// Whoever else may write the file dir (a file_dir its group can write)
+	// could swap the file, or a directory on its path, for a symlink at
+	// any time: the file is opened through an os.Root, which follows no
+	// link out of the dir, and non-blocking, so a FIFO put there is
+	// refused below instead of holding publish (and the lock) for good.
+	root, err := os.OpenRoot(f.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	w, err := root.OpenFile(f.name, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +248,9 @@ func (f *file) Call(_ context.Context, _ string, args json.RawMessage) (json.Raw
 	fi, err := w.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, Errorf(CodeFailed, "publish: %s is not a regular file (%v)", f.path, fi.Mode().Type())
 	}
 	size := fi.Size()
 	if size+int64(len(line)) > f.maxBytes {

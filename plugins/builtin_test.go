@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -253,6 +254,71 @@ func TestFilePublishStopsAtTheCap(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "big.jsonl")); !os.IsNotExist(err) {
 		t.Fatalf("a refused line created the file: %v", err)
+	}
+}
+
+// TestFilePublishStaysInTheFileDir: whoever else may write the file dir
+// (a file_dir its group can write) must not make publish write elsewhere:
+// a symlink for the file or a directory on its path, even one made after
+// the plugin loaded, is not followed out of the dir, and a FIFO neither
+// holds publish (and the file's lock) for good nor takes the lines.
+func TestFilePublishStaysInTheFileDir(t *testing.T) {
+	data := json.RawMessage(`"$(id)"`)
+	for _, c := range []struct {
+		name, path string
+		plant      func(t *testing.T, dir, outside string)
+	}{
+		{"file is a symlink", "out.jsonl", func(t *testing.T, dir, outside string) {
+			if err := os.Symlink(filepath.Join(outside, "victim"), filepath.Join(dir, "out.jsonl")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"dir is a symlink", "sub/out.jsonl", func(t *testing.T, dir, outside string) {
+			if err := os.Rename(filepath.Join(dir, "sub"), filepath.Join(dir, "sub.old")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(dir, "sub")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(outside, "out.jsonl"), []byte("victim\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"file is a fifo", "out.jsonl", func(t *testing.T, dir, outside string) {
+			if err := syscall.Mkfifo(filepath.Join(dir, "out.jsonl"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, outside := t.TempDir(), t.TempDir()
+			victim := filepath.Join(outside, "victim")
+			if err := os.WriteFile(victim, []byte("victim\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			in := loadBuiltin(t, Env{FileDir: dir}, "file", map[string]string{"path": c.path})
+			c.plant(t, dir, outside)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := in.Plugin.Call(ctx, "publish", data)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("publish went through")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("publish still blocked after 5 s")
+			}
+			for _, p := range []string{victim, filepath.Join(outside, "out.jsonl")} {
+				if b, err := os.ReadFile(p); err == nil && string(b) != "victim\n" {
+					t.Fatalf("%s was written: %q", p, b)
+				}
+			}
+		})
 	}
 }
 

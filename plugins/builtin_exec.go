@@ -184,8 +184,9 @@ func cmp[T int | int64 | time.Duration](v, def T) T {
 	return v
 }
 
-// run runs argv in its own process group, so a timeout kills whatever it
-// started too, and keeps at most maxOut bytes of each output stream.
+// run runs argv in its own process group, so a timeout, or the command's
+// end, kills whatever it started too, and keeps at most maxOut bytes of
+// each output stream.
 func run(ctx context.Context, name string, argv []string, timeout time.Duration, maxOut int) (json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -197,6 +198,12 @@ func run(ctx context.Context, name string, argv []string, timeout time.Duration,
 	c.Stdout, c.Stderr = stdout, stderr
 	start := time.Now()
 	err := c.Run()
+	if c.Process != nil {
+		// What the command left in its group (`cmd &`) would run on past
+		// its timeout, and each call of it would leave more; a daemon
+		// meant to outlive the command leaves the group (setsid).
+		syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	}
 	res := ExecResult{Command: name, Argv: argv, Stdout: stdout.String(), Stderr: stderr.String(),
 		Truncated: stdout.dropped || stderr.dropped, MS: time.Since(start).Milliseconds()}
 	if c.ProcessState != nil {

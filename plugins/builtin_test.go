@@ -135,6 +135,35 @@ func TestExecTimeoutKillsTheProcessGroup(t *testing.T) {
 	}
 }
 
+// TestExecEndsWhatTheCommandLeft: a command that ends leaves nothing of
+// its process group running, or each call of it would leave a process
+// that no timeout and no concurrency limit bounds.
+func TestExecEndsWhatTheCommandLeft(t *testing.T) {
+	in := loadBuiltin(t, Env{Exec: ExecConfig{Commands: map[string]Command{
+		"detach": {Argv: []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"}},
+	}}}, "exec", nil)
+	res, err := runExec(t, in, `{"command":"detach"}`)
+	if err != nil {
+		t.Fatalf("detach: %+v %v", res, err)
+	}
+	pid := strings.TrimSpace(res.Stdout)
+	// Killed, it is gone or a zombie until whoever inherited it reaps it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return
+		}
+		if _, after, ok := strings.Cut(string(stat), ") "); ok && strings.HasPrefix(after, "Z") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the background sleep (pid %s) still runs after the command ended: %s", pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestExecList(t *testing.T) {
 	in := loadBuiltin(t, execEnv(), "exec", map[string]string{"timeout": "90s"})
 	b, err := in.Invoke(context.Background(), "list", nil)

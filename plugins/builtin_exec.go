@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tribeagent/tribe/internal/names"
+	"github.com/tribeagent/tribe/internal/procwait"
 )
 
 // Command is one command a host lets the exec plugin run: it is defined
@@ -197,12 +198,18 @@ func run(ctx context.Context, name string, argv []string, timeout time.Duration,
 	stdout, stderr := &capped{max: maxOut}, &capped{max: maxOut}
 	c.Stdout, c.Stderr = stdout, stderr
 	start := time.Now()
-	err := c.Run()
-	if c.Process != nil {
+	err := c.Start()
+	if err == nil {
 		// What the command left in its group (`cmd &`) would run on past
 		// its timeout, and each call of it would leave more; a daemon
-		// meant to outlive the command leaves the group (setsid).
-		syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		// meant to outlive the command leaves the group (setsid). Killed
+		// once the command has ended and before it is reaped, while the
+		// group's number is still its own; and so before Wait, which
+		// waited for such a child holding the output pipes (WaitDelay).
+		if procwait.Exited(c.Process.Pid) == nil {
+			syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+		err = c.Wait()
 	}
 	res := ExecResult{Command: name, Argv: argv, Stdout: stdout.String(), Stderr: stderr.String(),
 		Truncated: stdout.dropped || stderr.dropped, MS: time.Since(start).Milliseconds()}

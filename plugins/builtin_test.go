@@ -164,6 +164,20 @@ func TestExecEndsWhatTheCommandLeft(t *testing.T) {
 	}
 }
 
+// A child left in the background holding the command's output open is
+// killed as the command ends, before its output is waited for: the
+// command succeeds (waited for, its pipes open, it failed after the
+// second Go's WaitDelay allows).
+func TestExecEndsWhatHoldsItsOutput(t *testing.T) {
+	in := loadBuiltin(t, Env{Exec: ExecConfig{Commands: map[string]Command{
+		"hold": {Argv: []string{"sh", "-c", "sleep 30 & echo started"}},
+	}}}, "exec", nil)
+	res, err := runExec(t, in, `{"command":"hold"}`)
+	if err != nil || strings.TrimSpace(res.Stdout) != "started" {
+		t.Fatalf("hold: %+v %v", res, err)
+	}
+}
+
 func TestExecList(t *testing.T) {
 	in := loadBuiltin(t, execEnv(), "exec", map[string]string{"timeout": "90s"})
 	b, err := in.Invoke(context.Background(), "list", nil)

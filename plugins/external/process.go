@@ -15,8 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/tribeagent/tribe/internal/procwait"
 	"github.com/tribeagent/tribe/internal/rawpipe"
 	"github.com/tribeagent/tribe/plugins/external/wire"
 )
@@ -156,7 +155,7 @@ func startProcess(path, name string, log *slog.Logger, maxLine int, bad *atomic.
 		// still its own: what it left running in the group (a child in
 		// the background) is killed now, or it would outlive the
 		// plugin, holding its pipes open.
-		if waitExited(cmd.Process.Pid) == nil {
+		if procwait.Exited(cmd.Process.Pid) == nil {
 			p.mu.Lock()
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			p.reaped = true // no kill from now on: Wait frees the group's number
@@ -190,17 +189,6 @@ func startProcess(path, name string, log *slog.Logger, maxLine int, bad *atomic.
 		close(p.done)
 	}()
 	return p, nil
-}
-
-// waitExited returns once process pid has ended, without reaping it; an
-// error says it could not wait (Wait will say why).
-func waitExited(pid int) error {
-	var si unix.Siginfo
-	for {
-		if err := unix.Waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOWAIT, nil); err != unix.EINTR {
-			return err
-		}
-	}
 }
 
 // await waits for the answer on ch (from send), reading stdout itself

@@ -10,8 +10,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/tribeagent/tribe/gossip"
-
 	"github.com/tribeagent/tribe/node/api"
+	"github.com/tribeagent/tribe/plugins"
 	"github.com/tribeagent/tribe/plugins/jobs"
 )
 
@@ -394,5 +394,46 @@ func TestJobStatusAsksAWriterNotConnected(t *testing.T) {
 	}
 	if s, _ := b.Job(ctx, j.ID); s.Behind == "" {
 		t.Fatal("b, the writer down, does not say it may be behind")
+	}
+}
+
+// With a trust list, an ack whose job's writer is out of reach is not
+// published: it would reach every peer on the state topic, strangers
+// too, with the head of the job's output. It waits for the writer (or
+// goes to another trusted writer in reach).
+func TestAckNotPublishedWithATrustList(t *testing.T) {
+	ac := loopbackConfig(t, "a")
+	ac.Trusted = []string{identity(t, ac).String()}
+	a := startNode(t, ac)
+	bc, cc := loopbackConfig(t, "b"), loopbackConfig(t, "c")
+	for _, c := range []*Config{&bc, &cc} {
+		c.Trusted, c.Join = ac.Trusted, []string{tcpAddr(a)}
+	}
+	bc.Exec = plugins.ExecConfig{Commands: map[string]plugins.Command{"nap": {Argv: []string{"sleep", "3"}}}}
+	b, c := startNode(t, bc), startNode(t, cc)
+	waitFor(t, "a to know b and c", func() bool { return len(a.nodeRecords()) == 3 })
+	if _, err := a.Admit(context.Background(), api.AdmitRequest{AllPending: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c to connect to b", func() bool {
+		c.host.Connect(context.Background(), peer.AddrInfo{ID: b.ID(), Addrs: b.host.Addrs()})
+		return c.isConnected(b.ID()) && b.rules().Counts(b.ID()) && c.rules().Counts(b.ID())
+	})
+	jobTribe(t, a, "t", "exec", []*Node{b})
+	j, err := a.SubmitJob(context.Background(), api.JobRequest{Tribes: []string{"t"}, Plugin: "exec", Method: "run", Args: json.RawMessage(`{"command":"nap"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job running on b, as the writer sees it", func() bool { return targetStates(jobState(t, a, j.ID))["b"] == "running" })
+	a.Close()
+	waitFor(t, "b's final ack kept for the writer", func() bool { return b.jobs.acksHeld.Load() == 1 })
+	if n := b.jobs.acksPublished.Load(); n != 0 {
+		t.Fatalf("%d acks published", n)
+	}
+	if !c.isConnected(b.ID()) {
+		t.Log("c is no longer connected to b: what it would have got by pubsub is not shown")
+	}
+	if _, ok := c.replica.Get(ackKey(j.ID, b.ID())); ok || c.jobs.ackRefused.Load() != 0 {
+		t.Fatal("b's ack reached c, which is no trusted writer")
 	}
 }

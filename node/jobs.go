@@ -81,6 +81,7 @@ type jobSet struct {
 
 	unreadable      atomic.Int64 // job or ack entries this version cannot read
 	acksPublished   atomic.Int64 // acks published because the writer was out of reach
+	acksHeld        atomic.Int64 // acks kept for the writer: a trust list, no trusted writer in reach
 	jobsPublished   atomic.Int64 // jobs published to every node (deliverJob)
 	acksFetched     atomic.Int64 // acks this writer asked targets for and got (jobacks.go)
 	fetches         ackFetches   // what this writer asks targets for (jobacks.go)
@@ -357,9 +358,10 @@ const runningShareAfter = time.Second
 // per job, which on 25 agents made a job cost each agent 50 times what a
 // call to the same 25 did. Other trusted writers get acks by
 // anti-entropy, a node asked for a job's status fetches them from its
-// writer (jobacks.go). Only if the writer cannot be reached is the ack
-// published, so that it reaches whoever watches (and the writer asks for
-// it later if it missed it).
+// writer (jobacks.go). If the writer cannot be reached, the ack goes to
+// the other trusted writers in reach, or, with no trust list, is
+// published, so that it reaches whoever watches; the writer asks for it
+// later if it missed it.
 func (n *Node) shareAck(id string, s *gossip.Signed) {
 	if cur, ok := n.replica.Get(s.Key); ok && cur.HLC > s.HLC {
 		return // a later ack replaced it
@@ -377,7 +379,23 @@ func (n *Node) shareAck(id string, s *gossip.Signed) {
 		if err == nil || n.ctx.Err() != nil {
 			return
 		}
-		n.log.Debug("pushing an ack to the job's writer; publishing it", "job", id, "err", err)
+		n.log.Debug("pushing an ack to the job's writer", "job", id, "err", err)
+	}
+	if t := n.replica.Trust(); !t.Open() {
+		// With a trust list an ack is for its target and the trusted
+		// writers alone (a pull serves it to no one else): published,
+		// it reached every peer on the state topic, strangers too, with
+		// the head of the job's output.
+		pushed := false
+		for _, w := range t.Peers() {
+			if w != author && w != n.host.ID() && n.isConnected(w) {
+				pushed = n.replica.Push(n.ctx, w, s) == nil || pushed
+			}
+		}
+		if !pushed {
+			n.jobs.acksHeld.Add(1)
+		}
+		return
 	}
 	n.jobs.acksPublished.Add(1)
 	n.replica.Announce(n.ctx, s)

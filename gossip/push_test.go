@@ -76,7 +76,7 @@ func pairOf(t *testing.T, n, m *testNet, connect bool) (*testNet, *testNet) {
 	n.mn = mocknet.New()
 	startTestNet(t, n)
 	m.mn = n.mn
-	h, err := n.mn.GenPeer()
+	h, err := genPeer(n.mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestPutQuietThenAnnounce(t *testing.T) {
 // push is still taken.
 func TestPushSlotsKeptForPeersThatCount(t *testing.T) {
 	mn := mocknet.New()
-	trusted, err := mn.GenPeer()
+	trusted, err := genPeer(mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestPushSlotsKeptForPeersThatCount(t *testing.T) {
 // stalls one cools down, a trusted writer does not.
 func TestPushStall(t *testing.T) {
 	mn := mocknet.New()
-	trusted, err := mn.GenPeer()
+	trusted, err := genPeer(mn)
 	if err != nil {
 		t.Fatal(err)
 	}

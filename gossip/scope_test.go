@@ -241,7 +241,7 @@ func directPair(t *testing.T, firstWrites bool, change func(host.Host), counts .
 	if len(counts) == 2 {
 		second.counts = counts[1]
 	}
-	h, err := first.mn.GenPeer()
+	h, err := genPeer(first.mn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestRejectedEntriesCostTheSenderScore(t *testing.T) {
 	scores := map[peer.ID]float64{}
 	mn := mocknet.New()
 	t.Cleanup(func() { mn.Close() })
-	h, err := mn.GenPeer()
+	h, err := genPeer(mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestRejectedEntriesCostTheSenderScore(t *testing.T) {
 	}, 100*time.Millisecond)}}
 	n.start(t, h)
 
-	rogue, err := mn.GenPeer()
+	rogue, err := genPeer(mn)
 	if err != nil {
 		t.Fatal(err)
 	}

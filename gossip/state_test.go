@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,6 +14,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/record"
+	recordpb "github.com/libp2p/go-libp2p/core/record/pb"
+	"google.golang.org/protobuf/proto"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -336,6 +339,39 @@ func TestOpenRefusesAlteredEnvelopes(t *testing.T) {
 		if e != nil {
 			t.Errorf("%s: opened to %s (hash %x, the original's %x)", name, e.Key, e.Hash[:4], good.Hash[:4])
 		}
+	}
+}
+
+// An entry signed with a key no agent has (agents sign with Ed25519) is
+// refused before its signature is checked, and so is one signed by
+// another than its author: neither costs a signature check.
+func TestOpenRefusesSignersNoAgentIs(t *testing.T) {
+	ecdsa, _, err := crypto.GenerateECDSAKeyPair(crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := peer.IDFromPrivateKey(ecdsa)
+	s, err := Sign(Entry{Key: "nodes/" + id.String(), Author: id, HLC: 1, Value: []byte("{}")}, ecdsa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(s.Raw); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "ECDSA") {
+		t.Errorf("an ECDSA-signed entry: %v, want refused as malformed", err)
+	}
+
+	a, b := newAuthor(t, rand.New(rand.NewPCG(5, 5))), newAuthor(t, rand.New(rand.NewPCG(6, 6)))
+	good := a.write(t, t0, "tribes/core", "v", false)
+	var env recordpb.Envelope
+	if err := proto.Unmarshal(good.Raw, &env); err != nil {
+		t.Fatal(err)
+	}
+	// b's key on a's payload and signature: the signature is not b's
+	// either, but the signer is refused before it is checked.
+	pk, _ := crypto.PublicKeyToProto(b.key.GetPublic())
+	env.PublicKey = pk
+	raw, _ := proto.Marshal(&env)
+	if _, err := Open(raw); !errors.Is(err, ErrBadSigner) {
+		t.Errorf("a's entry under b's key: %v, want ErrBadSigner", err)
 	}
 }
 

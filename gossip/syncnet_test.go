@@ -112,7 +112,7 @@ func newTestNet(t *testing.T) *testNet {
 func startTestNet(t *testing.T, n *testNet) *testNet {
 	t.Helper()
 	t.Cleanup(func() { n.mn.Close() })
-	h, err := n.mn.GenPeer()
+	h, err := genPeer(n.mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func (n *testNet) start(t *testing.T, h host.Host) {
 // peer adds a bare host connected to the replica's.
 func (n *testNet) peer(t *testing.T) host.Host {
 	t.Helper()
-	h, err := n.mn.GenPeer()
+	h, err := genPeer(n.mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -746,7 +746,7 @@ func TestSyncSkipsWhatAnHonestPeerMayHold(t *testing.T) {
 func TestPullsWhileJoining(t *testing.T) {
 	a := newTestNet(t)
 	b := &testNet{mn: a.mn}
-	hb, err := a.mn.GenPeer()
+	hb, err := genPeer(a.mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -784,7 +784,7 @@ func TestPullsWhileJoining(t *testing.T) {
 func TestPullOnePerPeerInFlight(t *testing.T) {
 	const toggles = 20
 	n := newTestNet(t)
-	h, err := n.mn.GenPeer()
+	h, err := genPeer(n.mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -842,7 +842,7 @@ func TestPullOnePerPeerInFlight(t *testing.T) {
 // writer served.
 func TestSyncSlotsKeptForPeersThatCount(t *testing.T) {
 	mn := mocknet.New()
-	hm, err := mn.GenPeer()
+	hm, err := genPeer(mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -881,7 +881,7 @@ func TestSyncSlotsKeptForPeersThatCount(t *testing.T) {
 func TestSyncStall(t *testing.T) {
 	const first = 100 * time.Millisecond
 	mn := mocknet.New()
-	trusted, err := mn.GenPeer()
+	trusted, err := genPeer(mn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1150,7 +1150,7 @@ func TestPullsPastTheBoundWaitForASlot(t *testing.T) {
 	n.r.meshSince.Store(1) // no pulls while joining: only the test's
 	var peers []*testNet
 	for range 3 {
-		h, err := n.mn.GenPeer()
+		h, err := genPeer(n.mn)
 		if err != nil {
 			t.Fatal(err)
 		}

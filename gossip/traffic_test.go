@@ -132,7 +132,7 @@ func tracedNets(t *testing.T, n int) (mocknet.Mocknet, []*testNet, []Traffic) {
 	t.Cleanup(func() { mn.Close() })
 	nets, traffic := make([]*testNet, n), make([]Traffic, n)
 	for i := range nets {
-		h, err := mn.GenPeer()
+		h, err := genPeer(mn)
 		if err != nil {
 			t.Fatal(err)
 		}

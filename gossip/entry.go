@@ -8,11 +8,10 @@ import (
 	"fmt"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
-	cryptopb "github.com/libp2p/go-libp2p/core/crypto/pb"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/record"
-	recordpb "github.com/libp2p/go-libp2p/core/record/pb"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/tribeagent/tribe/internal/edsigner"
 )
 
 // Size limits of an entry. They bound what one entry can cost a node that
@@ -219,30 +218,16 @@ func Open(raw []byte) (*Signed, error) {
 }
 
 // precheck refuses, before its signature is checked (about 70 µs), an
-// entry that no agent could have signed: every agent's identity is an
-// Ed25519 key (keys.LoadOrCreateIdentity), and an entry is signed by its
-// author. Any other key type was taken: RSA keys up to 8,192 bits cost
-// far more to check, and ECDSA signatures anyone may vary (a new hash,
-// a new message, for one entry); a signer other than the author was
-// refused only after its signature was checked.
+// entry that no agent could have signed: one signed with a key that is
+// not Ed25519 (edsigner), or by another than its author (refused only
+// after its signature was checked, before).
 func precheck(raw []byte) error {
-	var env recordpb.Envelope
-	if err := proto.Unmarshal(raw, &env); err != nil {
+	signer, pl, err := edsigner.Signer(raw)
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if t := env.GetPublicKey().GetType(); t != cryptopb.KeyType_Ed25519 {
-		return fmt.Errorf("%w: a %v signer key: entries are signed with Ed25519", ErrMalformed, t)
-	}
-	key, err := crypto.PublicKeyFromProto(env.GetPublicKey())
-	if err != nil {
-		return fmt.Errorf("%w: signer: %v", ErrMalformed, err)
-	}
-	signer, err := peer.IDFromPublicKey(key)
-	if err != nil {
-		return fmt.Errorf("%w: signer: %v", ErrMalformed, err)
-	}
 	var p payload
-	if err := p.UnmarshalRecord(env.GetPayload()); errors.Is(err, ErrTooLarge) {
+	if err := p.UnmarshalRecord(pl); errors.Is(err, ErrTooLarge) {
 		return err
 	} else if err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/record"
 
+	"github.com/tribeagent/tribe/internal/edsigner"
 	"github.com/tribeagent/tribe/plugins/jsonerr"
 )
 
@@ -182,6 +183,10 @@ func OpenOrder(b []byte) (*Order, peer.ID, error) {
 // its payload type and rec's own checks, and returns its signer; every
 // failure wraps bad.
 func openSigned(b []byte, rec record.Record, bad error) (peer.ID, error) {
+	// A key no agent has is refused before the signature is checked.
+	if _, _, err := edsigner.Signer(b); err != nil {
+		return "", fmt.Errorf("%w: %w", bad, err)
+	}
 	env, err := record.ConsumeTypedEnvelope(b, rec)
 	if err != nil {
 		if errors.Is(err, bad) {

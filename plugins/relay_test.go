@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/tribeagent/tribe/internal/edsigner"
 )
 
 // relayNode is a real host on loopback serving calls (echo, and count,
@@ -383,6 +386,12 @@ func TestOrderCheck(t *testing.T) {
 	o, caller, err := OpenOrder(seal(t, good(), c.key()))
 	if err != nil || caller != c.host.ID() || o.Targets[0].Node != n.host.ID() {
 		t.Fatalf("open: %v %s %+v", err, caller, o)
+	}
+	// Signed with a key no agent has: refused before its signature is
+	// checked.
+	ecdsa, _, _ := crypto.GenerateECDSAKeyPair(rand.Reader)
+	if _, _, err := OpenOrder(seal(t, good(), ecdsa)); !errors.Is(err, ErrBadOrder) || !errors.Is(err, edsigner.ErrKeyType) {
+		t.Fatalf("an order signed with an ECDSA key: %v", err)
 	}
 	// An answer is not an order, though both are signed envelopes.
 	a, _ := SealAnswer(&Answer{Order: "id", Caller: c.host.ID(), Response: Response{ID: "id", OK: true}}, c.key())

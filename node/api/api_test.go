@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -117,6 +118,28 @@ func TestNoAgent(t *testing.T) {
 		t.Fatalf("listen over a stale socket: %v", err)
 	}
 	s.Shutdown(context.Background())
+}
+
+// The socket at its path is 0600 whatever the umask (it is made 0600 in
+// a directory of its own, then moved there), and that directory is gone.
+func TestSocketIsPrivateFromTheStart(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	s, path := listen(t, fakeAgent{})
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("socket: %v %v", fi.Mode(), err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(path), ".sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the directory the socket was made in: %v", err)
+	}
+	if _, err := NewClient(path).Status(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown(context.Background())
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after shutdown: %v", err)
+	}
 }
 
 func TestSecondAgentOnOneSocketIsRefused(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/tribeagent/tribe/node/api/events"
@@ -75,15 +76,11 @@ func Listen(path string, agent Agent, log *slog.Logger, opts ...Option) (*Server
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("api: remove stale socket %s: %w", path, err)
 	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("api: listen on %s: %w", path, err)
-	}
 	// The data dir is 0700 already; 0600 on the socket keeps it private
 	// even if the directory's mode is loosened.
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("api: chmod %s: %w", path, err)
+	ln, err := listenPrivate(path)
+	if err != nil {
+		return nil, fmt.Errorf("api: listen on %s: %w", path, err)
 	}
 	s := &Server{
 		path: path,
@@ -110,6 +107,39 @@ func Listen(path string, agent Agent, log *slog.Logger, opts ...Option) (*Server
 }
 
 // Path is the socket's path.
+// listenPrivate listens on a Unix socket at path that only this user may
+// connect to from the first moment: bound in a directory of its own
+// (mode 0700) beside path, made 0600 there, then renamed into place.
+// Bound at path, the socket had the umask's mode until a chmod after it:
+// with a umask of 0 and a data dir others may enter, anyone on the host
+// could connect in between. The directory's name is short, so the
+// socket's path there is no longer than path (a Unix socket's is at most
+// 107 bytes).
+func listenPrivate(path string) (net.Listener, error) {
+	dir := filepath.Join(filepath.Dir(path), ".sock")
+	tmp := filepath.Join(dir, "s")
+	if err := os.RemoveAll(dir); err != nil { // a crashed agent's
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // Shutdown removes path
+	if err = os.Chmod(tmp, 0o600); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
 func (s *Server) Path() string { return s.path }
 
 // Shutdown stops accepting requests, waits for those in flight until ctx

@@ -180,3 +180,28 @@ func TestNewLoggerWritesJSON(t *testing.T) {
 		t.Fatalf("%q: %v", b.String(), err)
 	}
 }
+
+// A config file others may write is refused: it names the trusted
+// writers, the exec commands and the plugin dir, so whoever could write
+// it could run commands as the agent at its next reload.
+func TestLoadConfigFileRefusesOneOthersMayWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tribe.yaml")
+	if err := os.WriteFile(path, []byte("exec:\n  allow_any: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o620, 0o602} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		c := validConfig()
+		err := LoadConfigFile(path, &c)
+		if err == nil || !strings.Contains(err.Error(), "writable by group or others") || c.Exec.AllowAny {
+			t.Fatalf("mode %v: %v, allow_any %v", mode, err, c.Exec.AllowAny)
+		}
+	}
+	os.Chmod(path, 0o644)
+	c := validConfig()
+	if err := LoadConfigFile(path, &c); err != nil || !c.Exec.AllowAny {
+		t.Fatalf("mode 0644: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tribeagent/tribe/internal/fsperm"
 	"github.com/tribeagent/tribe/plugins"
 )
 
@@ -47,16 +48,31 @@ type FileConfig struct {
 }
 
 // LoadConfigFile reads path and applies what it sets to cfg. Unknown keys
-// are an error, so a typo never goes unnoticed.
+// are an error, so a typo never goes unnoticed. A file that group or
+// others may write, or that another user owns, is refused: it names the
+// trusted writers, the exec commands and the plugin dir, so whoever could
+// write it could run commands as the agent at its next start or reload.
 func LoadConfigFile(path string, cfg *Config) error {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("node: config file: %w", err)
 	}
-	var f FileConfig
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("node: config file: %w", err)
+	}
+	if why := fsperm.Unsafe(fi); why != "" {
+		return fmt.Errorf("node: config file %s is %s: whoever could write it could run commands as the agent", path, why)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("node: config file: %w", err)
+	}
+	var fc FileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("node: config file %s: %w", path, err)
 	}
 	// A second document (after ---) would be read by no one: an error,
@@ -71,37 +87,37 @@ func LoadConfigFile(path string, cfg *Config) error {
 			return fmt.Errorf("node: config file %s: more than one YAML document (a --- line): put every setting in one", path)
 		}
 	}
-	set(&cfg.Name, f.Name)
-	set(&cfg.Cluster, f.Cluster)
-	set(&cfg.MDNS, f.MDNS)
-	set(&cfg.SwarmKeyFile, f.SwarmKey)
-	set(&cfg.TargetPeers, f.TargetPeers)
-	set(&cfg.FactsFile, f.FactsFile)
-	set(&cfg.AutoAdmit, f.AutoAdmit)
-	if f.Listen != nil {
-		cfg.ListenAddrs = f.Listen
+	set(&cfg.Name, fc.Name)
+	set(&cfg.Cluster, fc.Cluster)
+	set(&cfg.MDNS, fc.MDNS)
+	set(&cfg.SwarmKeyFile, fc.SwarmKey)
+	set(&cfg.TargetPeers, fc.TargetPeers)
+	set(&cfg.FactsFile, fc.FactsFile)
+	set(&cfg.AutoAdmit, fc.AutoAdmit)
+	if fc.Listen != nil {
+		cfg.ListenAddrs = fc.Listen
 	}
-	if f.Join != nil {
-		cfg.Join = f.Join
+	if fc.Join != nil {
+		cfg.Join = fc.Join
 	}
-	if f.Trusted != nil {
-		cfg.Trusted = f.Trusted
+	if fc.Trusted != nil {
+		cfg.Trusted = fc.Trusted
 	}
-	if f.Exec != nil {
-		cfg.Exec = plugins.ExecConfig{Commands: f.Exec.Commands, AllowAny: f.Exec.AllowAny}
+	if fc.Exec != nil {
+		cfg.Exec = plugins.ExecConfig{Commands: fc.Exec.Commands, AllowAny: fc.Exec.AllowAny}
 	}
-	set(&cfg.FileDir, f.FileDir)
-	set(&cfg.PluginDir, f.PluginDir)
-	set(&cfg.AcceptPlugins, f.AcceptPlugins)
-	set(&cfg.FileMaxBytes, f.FileMaxBytes)
-	set(&cfg.LogLevel, f.LogLevel)
-	set(&cfg.LogFormat, f.LogFormat)
-	set(&cfg.ReconnectTimeout, f.ReconnectTimeout)
-	set(&cfg.MetricsAddr, f.MetricsAddr)
-	set(&cfg.ConnsPerIP, f.ConnsPerIP)
-	set(&cfg.JobQueue, f.JobQueue)
-	set(&cfg.JobRetention, f.JobRetention)
-	set(&cfg.Procs, f.Procs)
+	set(&cfg.FileDir, fc.FileDir)
+	set(&cfg.PluginDir, fc.PluginDir)
+	set(&cfg.AcceptPlugins, fc.AcceptPlugins)
+	set(&cfg.FileMaxBytes, fc.FileMaxBytes)
+	set(&cfg.LogLevel, fc.LogLevel)
+	set(&cfg.LogFormat, fc.LogFormat)
+	set(&cfg.ReconnectTimeout, fc.ReconnectTimeout)
+	set(&cfg.MetricsAddr, fc.MetricsAddr)
+	set(&cfg.ConnsPerIP, fc.ConnsPerIP)
+	set(&cfg.JobQueue, fc.JobQueue)
+	set(&cfg.JobRetention, fc.JobRetention)
+	set(&cfg.Procs, fc.Procs)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p-kad-dht/records"
 	"github.com/libp2p/go-libp2p/core/discovery"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -311,6 +312,8 @@ func (n *Node) newDHT() (*dht.IpfsDHT, error) {
 		// with no bound but its bandwidth.
 		dht.DisableValues(),
 		dht.ProviderDatastore(n.providers),
+		// Each lookup reads the datastore (noProviderCache).
+		dht.ProviderManagerOpts(records.Cache(noProviderCache{})),
 	)
 }
 

@@ -286,7 +286,7 @@ func New(cfg Config, deps Deps) (_ *Node, err error) {
 	var boot [8]byte
 	crand.Read(boot[:])
 	n.boot = hex.EncodeToString(boot[:])
-	n.providers = newRendezvousStore(rendezvous(cfg.Cluster))
+	n.providers = newRendezvousStore(rendezvous(cfg.Cluster), func(p peer.ID) bool { return n.rules().Counts(p) })
 	for _, s := range cfg.Join {
 		t, _ := parseJoin(s) // Validate has checked it
 		n.joins = append(n.joins, newJoin(t))

@@ -31,6 +31,13 @@ type rememberedPeer struct {
 	nextDial time.Time
 }
 
+// maxRememberedAddrs bounds the addresses kept of one peer. Identify
+// takes up to 500 of a connected peer's (libp2p's cap): a member that
+// declared that many had every agent that remembered it write them all
+// out and dial them all after each restart. An agent declares two per
+// address of its host (TCP and QUIC), so this leaves room for 16 of them.
+const maxRememberedAddrs = 32
+
 // remembered is the set of peers seen, newest first, capped at max.
 // Safe for concurrent use.
 type remembered struct {
@@ -65,6 +72,7 @@ func loadRemembered(path string, max int) (*remembered, error) {
 		if err != nil {
 			continue
 		}
+		rp.Addrs = rp.Addrs[:min(len(rp.Addrs), maxRememberedAddrs)]
 		r.peers[id] = rp
 	}
 	r.trim()
@@ -79,6 +87,7 @@ func (r *remembered) seen(p peer.ID, addrs []ma.Multiaddr, now time.Time) bool {
 		strs = append(strs, a.String())
 	}
 	slices.Sort(strs)
+	strs = strs[:min(len(strs), maxRememberedAddrs)]
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.dirty = true

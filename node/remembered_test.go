@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +127,46 @@ func TestRememberedPeersThatDoNotCountAreNotDialled(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != writer {
 		t.Fatalf("remembered peers due: %v, want only the trusted writer %v", got, writer)
+	}
+}
+
+// A remembered peer keeps at most maxRememberedAddrs addresses, from its
+// connection or from peers.json: identify takes up to 500 of a peer's
+// (libp2p's cap), and a member that declared 500 had every agent that
+// remembered it write them all and dial them all after each restart.
+func TestRememberedAddressesAreBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), rememberedFile)
+	r, err := loadRemembered(path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var many []ma.Multiaddr
+	for i := range 500 {
+		many = append(many, ma.StringCast(fmt.Sprintf("/ip4/10.0.%d.%d/tcp/22", i/250, i%250+1)))
+	}
+	p := newPeerID(t)
+	t0 := time.Unix(1000, 0)
+	r.seen(p, many, t0)
+	if err := r.save(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := loadRemembered(path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if due := again.due(t0, func(peer.ID) bool { return false }); len(due) != 1 || len(due[0].Addrs) != maxRememberedAddrs {
+		t.Fatalf("due = %d peers, want one with %d addresses", len(due), maxRememberedAddrs)
+	}
+	// A file written otherwise (by hand, an older agent) is bounded too.
+	var strs []string
+	for _, a := range many {
+		strs = append(strs, fmt.Sprintf("%q", a.String()))
+	}
+	os.WriteFile(path, []byte(`{"peers": [{"id": "`+p.String()+`", "addrs": [`+strings.Join(strs, ",")+`]}]}`), 0o600)
+	if again, err = loadRemembered(path, 10); err != nil {
+		t.Fatal(err)
+	}
+	if due := again.due(t0, func(peer.ID) bool { return false }); len(due) != 1 || len(due[0].Addrs) != maxRememberedAddrs {
+		t.Fatalf("from a file: due = %d peers, want one with %d addresses", len(due), maxRememberedAddrs)
 	}
 }

@@ -150,6 +150,9 @@ func (n *Node) rejected() map[string]int64 {
 	out["reload_refused"] = n.reloads.refused.Load()
 	out["mdns_finds_skipped"] = n.mdnsGate.skipped.Load()
 	out["dht_provider_refused"] = n.providers.refused.Load()
+	if g, ok := n.host.Network().ResourceManager().(*handshakeGuard); ok {
+		out["handshakes_refused"] = g.refused.Load()
+	}
 	out["task_watch_refused"] = n.tasks.watchRefused.Load()
 	out["task_watch_overlong"] = n.tasks.watchOverlong.Load()
 	out["job_unreadable"] = n.jobs.unreadable.Load()

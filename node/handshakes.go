@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -31,6 +32,8 @@ type handshakeGuard struct {
 
 	mu     sync.Mutex
 	counts map[netip.Prefix]int
+
+	refused atomic.Int64 // connections refused for their source's share: handshakes_refused
 }
 
 func newHandshakeGuard(rm network.ResourceManager, limit int) *handshakeGuard {
@@ -43,6 +46,7 @@ func (g *handshakeGuard) OpenConnection(dir network.Direction, usefd bool, endpo
 		return g.ResourceManager.OpenConnection(dir, usefd, endpoint)
 	}
 	if !g.acquire(src) {
+		g.refused.Add(1)
 		return nil, fmt.Errorf("%w (%s, at most %d)", errTooManyHandshakes, src, g.limit)
 	}
 	scope, err := g.ResourceManager.OpenConnection(dir, usefd, endpoint)

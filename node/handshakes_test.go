@@ -94,3 +94,24 @@ func TestHandshakeGuardCapsOneSource(t *testing.T) {
 		defer s.Done()
 	}
 }
+
+// A connection refused for its source's share of handshakes is counted,
+// under rejected in tribe status, as every refusal of a stranger's is.
+func TestHandshakesRefusedAreCounted(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "a"))
+	rm := n.host.Network().ResourceManager()
+	from := ma.StringCast("/ip4/203.0.113.7/tcp/5555")
+	for range handshakesPerIP {
+		s, err := rm.OpenConnection(network.DirInbound, true, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Done()
+	}
+	if _, err := rm.OpenConnection(network.DirInbound, true, from); !errors.Is(err, errTooManyHandshakes) {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if got := n.rejected()["handshakes_refused"]; got != 1 {
+		t.Fatalf("handshakes_refused = %d, want 1", got)
+	}
+}

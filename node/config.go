@@ -65,7 +65,8 @@ type Config struct {
 	API bool
 
 	// TargetPeers is how many tribe peers the node tries to stay connected
-	// to through discovery (rendezvous and remembered peers).
+	// to through discovery (rendezvous and remembered peers); at most
+	// ConnHigh.
 	TargetPeers int
 	// ConnLow and ConnHigh are the connection manager's water marks.
 	ConnLow, ConnHigh int
@@ -249,8 +250,15 @@ func (c Config) Validate() error {
 			bad("auto-admit expression: %v", err)
 		}
 	}
-	if c.TargetPeers < 1 {
+	switch {
+	case c.TargetPeers < 1:
 		bad("target peers must be at least 1, not %d", c.TargetPeers)
+	case c.TargetPeers > c.ConnHigh:
+		// A node that seeks more peers than it keeps is short for good:
+		// every round it dials every node record it holds, the
+		// connection manager trims it back to ConnLow, and busy peers
+		// send it on.
+		bad("target peers %d is above the connection manager's high water mark (%d)", c.TargetPeers, c.ConnHigh)
 	}
 	if c.ConnsPerIP < 0 {
 		bad("connections per IP must not be negative, not %d", c.ConnsPerIP)

@@ -60,6 +60,9 @@ func TestValidate(t *testing.T) {
 			c.ListenAddrs = []string{"/ip4/0.0.0.0/tcp/4001"}
 		}, ""},
 		{"zero target", func(c *Config) { c.TargetPeers = 0 }, "target peers"},
+		{"target of ConnHigh", func(c *Config) { c.TargetPeers = c.ConnHigh }, ""},
+		{"target past ConnHigh", func(c *Config) { c.TargetPeers = c.ConnHigh + 1 }, "target peers"},
+		{"huge target", func(c *Config) { c.TargetPeers = 1 << 62 }, "target peers"},
 		{"accept plugins from anyone", func(c *Config) { c.AcceptPlugins = AcceptTrusted }, "needs trusted writers"},
 		{"accept plugins, unknown value", func(c *Config) { c.AcceptPlugins = "all" }, "accept plugins"},
 		{"accept plugins from trusted writers", func(c *Config) {

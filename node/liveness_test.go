@@ -112,15 +112,7 @@ func TestStrangersGetNoGossipAndLeaveNoTrace(t *testing.T) {
 // A forged claim changes nothing and is counted; a signed claim by a node
 // that counts changes the view, and the node it is about refutes it.
 func TestSwimForgeryAndRefutation(t *testing.T) {
-	a := startNode(t, loopbackConfig(t, "a"))
-	cb := loopbackConfig(t, "b")
-	cb.Join = []string{tcpAddr(a)}
-	b := startNode(t, cb)
-	waitFor(t, "a and b to know each other", func() bool {
-		_, ok1 := a.swim.d.State(string(b.ID()))
-		_, ok2 := b.swim.d.State(string(a.ID()))
-		return ok1 && ok2
-	})
+	a, b := swimPair(t)
 	// In a's name, signed with b's key: a forgery.
 	inc := uint64(time.Now().UnixMilli()) + 1000 // past a's and b's own
 	f := swim.Update{Node: string(b.ID()), State: swim.Dead, Incarnation: inc, From: string(a.ID())}
@@ -152,15 +144,7 @@ func TestSwimForgeryAndRefutation(t *testing.T) {
 // swim.MaxIncarnation − 1 made its node refute at MaxIncarnation, which
 // everyone refuses, so a healthy node was suspect, then dead, for good.
 func TestSwimRefusesIncarnationsFromTheFuture(t *testing.T) {
-	a := startNode(t, loopbackConfig(t, "a"))
-	cb := loopbackConfig(t, "b")
-	cb.Join = []string{tcpAddr(a)}
-	b := startNode(t, cb)
-	waitFor(t, "a and b to know each other", func() bool {
-		_, ok1 := a.swim.d.State(string(b.ID()))
-		_, ok2 := b.swim.d.State(string(a.ID()))
-		return ok1 && ok2
-	})
+	a, b := swimPair(t)
 	far := uint64(time.Now().Add(gossip.MaxClockSkew + time.Minute).UnixMilli())
 	for _, inc := range []uint64{swim.MaxIncarnation - 1, far} {
 		u := swim.Update{Node: string(a.ID()), State: swim.Suspect, Incarnation: inc, From: string(b.ID())}
@@ -407,4 +391,20 @@ func TestNackCarriesItsMessage(t *testing.T) {
 	if !errors.Is(err, swim.ErrNack) || len(m.Updates) != 1 || m.Updates[0].State != swim.Left {
 		t.Fatalf("a nack read as %+v, %v; want its left update and ErrNack", m, err)
 	}
+}
+
+// swimPair is two nodes on loopback, b joined to a, once each holds the
+// other in its failure detector.
+func swimPair(t *testing.T) (a, b *Node) {
+	t.Helper()
+	a = startNode(t, loopbackConfig(t, "a"))
+	cb := loopbackConfig(t, "b")
+	cb.Join = []string{tcpAddr(a)}
+	b = startNode(t, cb)
+	waitFor(t, "a and b to know each other", func() bool {
+		_, ok1 := a.swim.d.State(string(b.ID()))
+		_, ok2 := b.swim.d.State(string(a.ID()))
+		return ok1 && ok2
+	})
+	return a, b
 }

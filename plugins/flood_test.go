@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 )
 
@@ -180,29 +181,10 @@ func TestStrangersGetFewCallStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// open opens n call streams from h, each sending the first byte of a
-	// request and no more, and counts those the callee resets.
-	open := func(h host.Host, n int, reset *atomic.Int64) {
-		for range n {
-			st, err := h.NewStream(context.Background(), callee.ID(), ProtocolID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Reset() })
-			if _, err := st.Write([]byte{100}); err != nil {
-				t.Fatal(err)
-			}
-			go func() {
-				if _, err := st.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
-					reset.Add(1)
-				}
-			}()
-		}
-	}
 	var reset1, reset2 atomic.Int64
-	open(s1, 10, &reset1)
+	openHeld(t, s1, callee.ID(), ProtocolID, 10, &reset1)
 	waitUntil(t, "the first stranger's streams past its share reset", func() bool { return reset1.Load() == 10-StrangerCallStreams })
-	open(s2, 4, &reset2) // all strangers' share has 2 left
+	openHeld(t, s2, callee.ID(), ProtocolID, 4, &reset2) // all strangers' share has 2 left
 	waitUntil(t, "the second stranger's streams past all strangers' share reset", func() bool { return reset2.Load() == 2 })
 	if r := Call(context.Background(), member, callee.ID(), Request{Plugin: "echo", Method: "echo", Args: json.RawMessage(`1`)}); !r.OK {
 		t.Errorf("a member's call while strangers hold their streams: %+v", r)
@@ -212,5 +194,26 @@ func TestStrangersGetFewCallStreams(t *testing.T) {
 	}
 	if reset1.Load() != 10-StrangerCallStreams || reset2.Load() != 2 {
 		t.Errorf("streams reset: %d and %d, want %d and 2", reset1.Load(), reset2.Load(), 10-StrangerCallStreams)
+	}
+}
+
+// openHeld opens n streams of proto from h to to, each sending the first
+// byte of a request and no more, and counts those the other end resets.
+func openHeld(t *testing.T, h host.Host, to peer.ID, proto protocol.ID, n int, reset *atomic.Int64) {
+	t.Helper()
+	for range n {
+		st, err := h.NewStream(context.Background(), to, proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Reset() })
+		if _, err := st.Write([]byte{100}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			if _, err := st.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
+				reset.Add(1)
+			}
+		}()
 	}
 }

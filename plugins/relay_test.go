@@ -471,21 +471,7 @@ func TestStrangersGetFewRelayStreams(t *testing.T) {
 	connect(t, stranger, n)
 	connect(t, member, n)
 	var reset atomic.Int64
-	for range StrangerCallStreams + 6 {
-		st, err := stranger.host.NewStream(context.Background(), n.host.ID(), RelayProtocol)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Reset() })
-		if _, err := st.Write([]byte{100}); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			if _, err := st.Read(make([]byte, 1)); errors.Is(err, network.ErrReset) {
-				reset.Add(1)
-			}
-		}()
-	}
+	openHeld(t, stranger.host, n.host.ID(), RelayProtocol, StrangerCallStreams+6, &reset)
 	waitUntil(t, "the stranger's relay streams past its share reset", func() bool { return reset.Load() == 6 })
 	if got := n.server.Refused()[CodeUnauthorized]; got != 6 {
 		t.Errorf("counted %d stranger streams refused, want 6", got)

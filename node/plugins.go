@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/gossip/authority"
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 	"github.com/tribeagent/tribe/plugins"
 )
@@ -152,18 +152,8 @@ func (s *pluginSet) status(source func(name string) string) map[string]pluginSta
 // in the log at each load.
 const maxPluginErrorLen = 1024
 
-// cutError is s cut to maxPluginErrorLen bytes, at a rune's start, saying so.
-func cutError(s string) string {
-	if len(s) <= maxPluginErrorLen {
-		return s
-	}
-	const more = " [...]"
-	i := maxPluginErrorLen - len(more)
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + more
-}
+// cutError is s cut to maxPluginErrorLen bytes, saying so.
+func cutError(s string) string { return names.Cut(s, maxPluginErrorLen, " [...]") }
 
 func (s *pluginSet) get(tribe, name string) (*loadedPlugin, bool) {
 	s.mu.Lock()

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tribeagent/tribe/internal/names"
 	"github.com/tribeagent/tribe/node/api"
 )
 
@@ -273,13 +273,7 @@ func outputText(t api.JobTarget) string {
 		return "-"
 	}
 	s := oneLine(t.OutputHead)
-	if len(s) > 80 {
-		cut := 77
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut-- // not inside a rune: a cut one would be shown escaped
-		}
-		s = s[:cut] + "..."
-	}
+	s = names.Cut(s, 80, "...")
 	if t.OutputBytes > len(t.OutputHead) {
 		s += fmt.Sprintf(" (%d bytes)", t.OutputBytes)
 	}

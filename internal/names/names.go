@@ -72,3 +72,17 @@ func Shown(s string) string {
 	}
 	return strconv.Quote(s)
 }
+
+// Cut is s cut to at most limit bytes, more included, at a rune's start (a
+// rune cut in two would be shown escaped), with more at the end if it
+// was cut: text a peer sent, held or shown within a bound.
+func Cut(s string, limit int, more string) string {
+	if len(s) <= limit {
+		return s
+	}
+	i := max(0, limit-len(more))
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + more
+}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // The hand-written checks are the regexps they replace, on every string
@@ -79,4 +80,26 @@ func FuzzPrintableIsWhatQuoteKeeps(f *testing.F) {
 			t.Fatalf("Shown(%q) = %q, not printable", s, Shown(s))
 		}
 	})
+}
+
+func TestCut(t *testing.T) {
+	for _, c := range []struct {
+		s     string
+		limit int
+		more  string
+		want  string
+	}{
+		{"short", 10, "...", "short"},
+		{"exactly10!", 10, "...", "exactly10!"},
+		{"a longer text", 10, "...", "a longe..."},
+		{"ééééé", 5, "", "éé"},    // é is 2 bytes: not cut inside one
+		{"aééé", 6, "+", "aéé+"},  // 5 bytes of text, then the mark
+		{"éééé", 2, "...", "..."}, // no room for text
+		{"abcdef", 3, "", "abc"},
+	} {
+		got := Cut(c.s, c.limit, c.more)
+		if got != c.want || len(got) > max(c.limit, len(c.more)) || !utf8.ValidString(got) {
+			t.Errorf("Cut(%q, %d, %q) = %q, want %q", c.s, c.limit, c.more, got, c.want)
+		}
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tribeagent/tribe/internal/names"
 )
 
 // Change is one applied change to the replicated state: Old is the value
@@ -138,7 +140,7 @@ func pluginStates(ev Event, old, cur map[string]pluginStatus) []Event {
 		e := ev
 		e.Type = PluginState
 		e.Tribe, e.Plugin, _ = strings.Cut(k, "/")
-		e.State, e.Version, e.Error = pluginState(now, has), now.Version, cut(now.Error, maxError)
+		e.State, e.Version, e.Error = pluginState(now, has), now.Version, names.Cut(now.Error, maxError, "")
 		if had {
 			e.From = pluginState(was, true)
 		}
@@ -150,14 +152,6 @@ func pluginStates(ev Event, old, cur map[string]pluginStatus) []Event {
 // maxError bounds the error an event carries: a node's record may hold
 // one of nearly 64 KiB, and a watcher's buffer holds 1,024 events.
 const maxError = 1 << 10
-
-// cut is s cut to at most max bytes, on a rune boundary.
-func cut(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	return strings.ToValidUTF8(s[:max], "")
-}
 
 func pluginState(s pluginStatus, present bool) string {
 	switch {

@@ -199,41 +199,31 @@ func Open(raw []byte) (*Signed, error) {
 	if string(env.PayloadType) != string(payloadType) {
 		return nil, fmt.Errorf("%w: payload type %q", ErrMalformed, env.PayloadType)
 	}
-	// The signature covers the payload, not the envelope's bytes:
-	// protobuf takes unknown fields and a field given twice, so anyone
-	// could make other bytes of this very entry, with another hash (which
-	// breaks the tie of an author's one clock: see newer) and another
-	// pubsub message ID. Only the bytes Sign writes are taken.
-	if canon, err := env.Marshal(); err != nil || !bytes.Equal(canon, raw) {
-		return nil, ErrNotCanonical
-	}
-	signer, err := peer.IDFromPublicKey(env.PublicKey)
-	if err != nil {
-		return nil, fmt.Errorf("%w: signer: %v", ErrMalformed, err)
-	}
-	if signer != p.Author {
-		return nil, fmt.Errorf("%w: signed by %s, author %s", ErrBadSigner, signer, p.Author)
-	}
 	return &Signed{Entry: p.Entry, Raw: raw, Hash: sha256.Sum256(raw)}, nil
 }
 
 // precheck refuses, before its signature is checked (about 70 µs), an
 // entry that no agent could have signed: one signed with a key that is
-// not Ed25519 (edsigner), or by another than its author (refused only
-// after its signature was checked, before).
+// not Ed25519 (edsigner), or by another than its author; and one in bytes
+// other than those its fields encode to, which anyone could write of
+// another's entry, with another hash (which breaks the tie of an author's
+// one clock: see newer) and another pubsub message ID.
 func precheck(raw []byte) error {
-	signer, pl, err := edsigner.Signer(raw)
+	env, err := edsigner.Read(raw)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	if !env.Canonical {
+		return ErrNotCanonical
+	}
 	var p payload
-	if err := p.UnmarshalRecord(pl); errors.Is(err, ErrTooLarge) {
+	if err := p.UnmarshalRecord(env.Payload); errors.Is(err, ErrTooLarge) {
 		return err
 	} else if err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if signer != p.Author {
-		return fmt.Errorf("%w: signed by %s, author %s", ErrBadSigner, signer, p.Author)
+	if env.Signer != p.Author {
+		return fmt.Errorf("%w: signed by %s, author %s", ErrBadSigner, env.Signer, p.Author)
 	}
 	return nil
 }

@@ -184,7 +184,7 @@ func OpenOrder(b []byte) (*Order, peer.ID, error) {
 // failure wraps bad.
 func openSigned(b []byte, rec record.Record, bad error) (peer.ID, error) {
 	// A key no agent has is refused before the signature is checked.
-	if _, _, err := edsigner.Signer(b); err != nil {
+	if _, err := edsigner.Read(b); err != nil {
 		return "", fmt.Errorf("%w: %w", bad, err)
 	}
 	env, err := record.ConsumeTypedEnvelope(b, rec)

@@ -8,6 +8,7 @@
 package edsigner
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -22,24 +23,43 @@ import (
 // Ed25519.
 var ErrKeyType = errors.New("not signed with an Ed25519 key")
 
-// Signer returns the peer whose key signed envelope raw, and its payload,
-// as the envelope says: the signature is not checked. The error is
-// ErrKeyType for a key that is not Ed25519, or says why raw does not read.
-func Signer(raw []byte) (peer.ID, []byte, error) {
+// Envelope is what a signed envelope says, its signature not checked.
+type Envelope struct {
+	Signer  peer.ID
+	Payload []byte
+	// Canonical: the envelope's bytes are exactly those its fields
+	// encode to, as record.Seal writes them. The signature covers the
+	// payload, not the bytes, and protobuf takes unknown fields and a
+	// field given twice: anyone may write other bytes of one signed
+	// thing.
+	Canonical bool
+}
+
+// Read reads envelope raw. The error is ErrKeyType for a key that is not
+// Ed25519, or says why raw does not read.
+func Read(raw []byte) (Envelope, error) {
 	var env recordpb.Envelope
 	if err := proto.Unmarshal(raw, &env); err != nil {
-		return "", nil, err
+		return Envelope{}, err
 	}
-	if t := env.GetPublicKey().GetType(); t != cryptopb.KeyType_Ed25519 {
-		return "", nil, fmt.Errorf("%w: a %v key", ErrKeyType, t)
+	pk := env.GetPublicKey()
+	if t := pk.GetType(); t != cryptopb.KeyType_Ed25519 {
+		return Envelope{}, fmt.Errorf("%w: a %v key", ErrKeyType, t)
 	}
-	key, err := crypto.PublicKeyFromProto(env.GetPublicKey())
+	key, err := crypto.PublicKeyFromProto(pk)
 	if err != nil {
-		return "", nil, err
+		return Envelope{}, err
 	}
 	id, err := peer.IDFromPublicKey(key)
 	if err != nil {
-		return "", nil, err
+		return Envelope{}, err
 	}
-	return id, env.GetPayload(), nil
+	// As record's Envelope.Marshal writes it, from the known fields.
+	canon, err := proto.Marshal(&recordpb.Envelope{
+		PublicKey:   &cryptopb.PublicKey{Type: pk.Type, Data: pk.Data},
+		PayloadType: env.PayloadType,
+		Payload:     env.Payload,
+		Signature:   env.Signature,
+	})
+	return Envelope{Signer: id, Payload: env.Payload, Canonical: err == nil && bytes.Equal(canon, raw)}, nil
 }

@@ -17,8 +17,9 @@ func (*rec) Codec() []byte                    { return []byte("/edsigner/test") 
 func (r *rec) MarshalRecord() ([]byte, error) { return r.b, nil }
 func (r *rec) UnmarshalRecord(b []byte) error { r.b = b; return nil }
 
-// Signer names an Ed25519 signer and the payload without checking the
-// signature, and refuses every other key type and bytes that do not read.
+// Read names an Ed25519 signer and the payload without checking the
+// signature, says whether the bytes are the envelope's own, and refuses
+// every other key type and bytes that do not read.
 func TestSigner(t *testing.T) {
 	seal := func(k crypto.PrivKey) []byte {
 		env, err := record.Seal(&rec{b: []byte("payload")}, k)
@@ -33,18 +34,23 @@ func TestSigner(t *testing.T) {
 	}
 	ed, _, _ := crypto.GenerateEd25519Key(rand.Reader)
 	want, _ := peer.IDFromPrivateKey(ed)
-	if id, payload, err := Signer(seal(ed)); err != nil || id != want || string(payload) != "payload" {
-		t.Fatalf("Ed25519: %s %q %v", id, payload, err)
+	raw := seal(ed)
+	if env, err := Read(raw); err != nil || env.Signer != want || string(env.Payload) != "payload" || !env.Canonical {
+		t.Fatalf("Ed25519: %+v %v", env, err)
+	}
+	// Other bytes of the same envelope: an unknown field after it.
+	if env, err := Read(append(raw, 9<<3|2, 1, 'x')); err != nil || env.Canonical {
+		t.Fatalf("padded: %+v %v, want read, not canonical", env, err)
 	}
 	ec, _, _ := crypto.GenerateECDSAKeyPair(rand.Reader)
 	sk, _, _ := crypto.GenerateSecp256k1Key(rand.Reader)
 	for name, k := range map[string]crypto.PrivKey{"ECDSA": ec, "secp256k1": sk} {
-		if _, _, err := Signer(seal(k)); !errors.Is(err, ErrKeyType) {
+		if _, err := Read(seal(k)); !errors.Is(err, ErrKeyType) {
 			t.Errorf("%s: %v, want ErrKeyType", name, err)
 		}
 	}
 	for _, bad := range [][]byte{nil, []byte("\\xff\\xff"), []byte{0x0a, 0x05, 1, 2}} {
-		if _, _, err := Signer(bad); err == nil {
+		if _, err := Read(bad); err == nil {
 			t.Errorf("%q read", bad)
 		}
 	}

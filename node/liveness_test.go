@@ -397,14 +397,9 @@ func TestNackCarriesItsMessage(t *testing.T) {
 // other in its failure detector.
 func swimPair(t *testing.T) (a, b *Node) {
 	t.Helper()
-	a = startNode(t, loopbackConfig(t, "a"))
-	cb := loopbackConfig(t, "b")
-	cb.Join = []string{tcpAddr(a)}
-	b = startNode(t, cb)
-	waitFor(t, "a and b to know each other", func() bool {
+	return joinedPair(t, func(a, b *Node) bool {
 		_, ok1 := a.swim.d.State(string(b.ID()))
 		_, ok2 := b.swim.d.State(string(a.ID()))
 		return ok1 && ok2
 	})
-	return a, b
 }

@@ -19,13 +19,20 @@ import (
 // the other speaks the kept protocol.
 func connectedPair(t *testing.T) (a, b *Node) {
 	t.Helper()
+	return joinedPair(t, func(a, b *Node) bool {
+		return len(a.nodeRecords()) == 2 && len(b.nodeRecords()) == 2 && b.swimKeptTo(a.ID(), false) && a.swimKeptTo(b.ID(), false)
+	})
+}
+
+// joinedPair starts a and b on loopback, b joining a, and waits until
+// ready says they know each other as a test needs.
+func joinedPair(t *testing.T, ready func(a, b *Node) bool) (a, b *Node) {
+	t.Helper()
 	a = startNode(t, loopbackConfig(t, "a"))
 	cb := loopbackConfig(t, "b")
 	cb.Join = []string{tcpAddr(a)}
 	b = startNode(t, cb)
-	waitFor(t, "a and b to know each other", func() bool {
-		return len(a.nodeRecords()) == 2 && len(b.nodeRecords()) == 2 && b.swimKeptTo(a.ID(), false) && a.swimKeptTo(b.ID(), false)
-	})
+	waitFor(t, "a and b to know each other", func() bool { return ready(a, b) })
 	return a, b
 }
 

@@ -36,18 +36,30 @@ type Kind struct {
 	// Direct kinds travel from their author to the trusted writers, not
 	// by fleet-wide anti-entropy (see Scope and DirectKey).
 	Direct bool
+	// Collected kinds' tombstones are dropped after TombstoneGrace (see
+	// State.Collect). The others' are kept as long as the state: a
+	// deletion there withdraws authority (a membership granted by hand, a
+	// plugin loaded, a policy, a task, an admission), and the entry it
+	// deleted, signed by a trusted writer and kept by anyone who saw it,
+	// would be taken again if replayed once its tombstone was gone. A
+	// kind may be collected only where such a replay restores nothing:
+	// say why on its row.
+	Collected bool
 }
 
 // Kinds is the whole authorisation table, deny by default: a key that
 // matches no row is refused. Every row is tested (auth_test.go).
 var Kinds = []Kind{
-	{Name: "node", Pattern: "nodes/{peer}", Writer: Self, SelfSegment: 1},
+	// Self kinds are collected: their author could write a replayed entry
+	// anew anyway, and an agent takes back what a replay says of it (see
+	// node's reconcile).
+	{Name: "node", Pattern: "nodes/{peer}", Writer: Self, SelfSegment: 1, Collected: true},
 	// admitted/<peer>: a trusted writer admitted (or revoked) the peer;
 	// see package authority for what that grants.
 	{Name: "admission", Pattern: "admitted/{peer}", Writer: Trusted},
 	{Name: "tribe", Pattern: "tribes/{tribe}", Writer: Trusted},
 	{Name: "member-manual", Pattern: "tribes/{tribe}/members/{peer}/manual", Writer: Trusted},
-	{Name: "member-policy", Pattern: "tribes/{tribe}/members/{peer}/policy", Writer: Self, SelfSegment: 3},
+	{Name: "member-policy", Pattern: "tribes/{tribe}/members/{peer}/policy", Writer: Self, SelfSegment: 3, Collected: true},
 	{Name: "policy", Pattern: "policies/{policy}", Writer: Trusted},
 	{Name: "plugin", Pattern: "tribes/{tribe}/plugins/{plugin}", Writer: Trusted},
 	{Name: "task", Pattern: "tribes/{tribe}/tasks/{task}", Writer: Trusted},
@@ -57,9 +69,11 @@ var Kinds = []Kind{
 	{Name: "forced", Pattern: "forced/{peer}", Writer: Trusted},
 	// jobs/<id>: a durable job (package plugins/jobs), written by a trusted
 	// writer; jobs/<id>/acks/<peer>: where it stands on that target,
-	// written by the target alone, for the job's writer (direct).
-	{Name: "job", Pattern: "jobs/{job}", Writer: Trusted},
-	{Name: "job-ack", Pattern: "jobs/{job}/acks/{peer}", Writer: Self, SelfSegment: 3, Direct: true},
+	// written by the target alone, for the job's writer (direct). A job is
+	// collected: it is deleted only after it expired (jobs.CollectAt), and
+	// a replayed job past its expiry is only acked expired.
+	{Name: "job", Pattern: "jobs/{job}", Writer: Trusted, Collected: true},
+	{Name: "job-ack", Pattern: "jobs/{job}/acks/{peer}", Writer: Self, SelfSegment: 3, Direct: true, Collected: true},
 }
 
 // DirectKey reports whether key is of a direct kind (see Scope): the

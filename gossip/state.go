@@ -15,9 +15,10 @@ import (
 // the receiver's wall clock, before the entry is refused.
 const MaxClockSkew = time.Minute
 
-// TombstoneGrace is how long a deletion is kept before Collect drops it. A
-// replica that was away longer than this may bring a deleted key back;
-// collecting sooner would make that likelier, later costs memory.
+// TombstoneGrace is how long a deletion of a collected kind (Kind.Collected)
+// is kept before Collect drops it. A replica that was away longer than this
+// may bring such a deleted key back; collecting sooner would make that
+// likelier, later costs memory.
 const TombstoneGrace = 7 * 24 * time.Hour
 
 // Change is what an Apply did to one key: Old is the version replaced (nil
@@ -204,11 +205,14 @@ func (s *State) MaxHLC() HLC {
 	return m
 }
 
-// Collect drops tombstones older than grace at now and returns their keys.
+// Collect drops the tombstones of collected kinds (Kind.Collected) older
+// than grace at now and returns their keys. The others are kept: dropping
+// one would let a replay of the trusted writer's entry it deleted restore
+// what the deletion withdrew.
 func (s *State) Collect(now time.Time, grace time.Duration) []string {
 	var gone []string
 	for k, e := range s.entries {
-		if e.Deleted && now.Sub(e.HLC.Wall()) > grace {
+		if e.Deleted && now.Sub(e.HLC.Wall()) > grace && collected(k) {
 			delete(s.entries, k)
 			s.keys.Delete(k)
 			s.digestOf(k).remove(keyHash(k))
@@ -217,6 +221,14 @@ func (s *State) Collect(now time.Time, grace time.Duration) []string {
 	}
 	slices.Sort(gone)
 	return gone
+}
+
+// collected reports whether key's tombstones may be collected: those of
+// collected kinds, and those of keys no kind names (a row taken out of the
+// table in a newer version), which nothing would take again.
+func collected(key string) bool {
+	k, err := Classify(key)
+	return err != nil || k.Collected
 }
 
 // Hash is a strong hash of the whole state (every key's exact version):

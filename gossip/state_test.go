@@ -225,19 +225,64 @@ func TestTombstonesAndRecreation(t *testing.T) {
 	if e, ok := s.Get("tribes/core"); !ok || string(e.Value) != "v2" {
 		t.Fatal("re-creation after delete not visible")
 	}
-	// Tombstones are collected after the grace period, not before.
-	s.Apply(a.write(t, now, "tribes/gone", "", true), now)
-	if gone := s.Collect(now.Add(TombstoneGrace-time.Minute), TombstoneGrace); len(gone) != 0 {
-		t.Fatalf("collected early: %v", gone)
+	// A collected kind's tombstones go after the grace period, not before.
+	gone := "tribes/gone/members/" + a.id.String() + "/policy"
+	s.Apply(a.write(t, now, gone, "", true), now)
+	if got := s.Collect(now.Add(TombstoneGrace-time.Minute), TombstoneGrace); len(got) != 0 {
+		t.Fatalf("collected early: %v", got)
 	}
-	if gone := s.Collect(now.Add(TombstoneGrace+time.Minute), TombstoneGrace); len(gone) != 1 || gone[0] != "tribes/gone" {
-		t.Fatalf("collected %v", gone)
+	if got := s.Collect(now.Add(TombstoneGrace+time.Minute), TombstoneGrace); len(got) != 1 || got[0] != gone {
+		t.Fatalf("collected %v", got)
 	}
-	if _, ok := s.Version("tribes/gone"); ok {
+	if _, ok := s.Version(gone); ok {
 		t.Fatal("collected tombstone still held")
 	}
 	if _, ok := s.Get("tribes/core"); !ok {
 		t.Fatal("live key collected")
+	}
+}
+
+// A trusted writer's deletion withdraws authority: its tombstone is never
+// collected, so the entry it deleted, replayed by whoever kept it, is
+// refused a year later as it was the day after.
+func TestTrustedTombstonesOutliveReplays(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	writer, member := newAuthor(t, rng), newAuthor(t, rng)
+	s := NewState(NewTrust(writer.id))
+	now := t0
+	m := member.id.String()
+	for _, key := range []string{
+		"tribes/web/members/" + m + "/manual",
+		"tribes/web/plugins/exec",
+		"tribes/web/tasks/t-1",
+		"tribes/web",
+		"policies/web",
+		"admitted/" + m,
+		"forced/" + m,
+	} {
+		kept := writer.write(t, now, key, `{"v":1}`, false)
+		if c, err := s.Apply(kept, now); err != nil || c == nil {
+			t.Fatalf("%s: %v %v", key, c, err)
+		}
+		if c, err := s.Apply(writer.write(t, now, key, "", true), now); err != nil || c == nil {
+			t.Fatalf("delete %s: %v %v", key, c, err)
+		}
+		later := now.Add(TombstoneGrace + 365*24*time.Hour)
+		if got := s.Collect(later, TombstoneGrace); len(got) != 0 {
+			t.Fatalf("%s: collected %v", key, got)
+		}
+		if c, _ := s.Apply(kept, later); c != nil {
+			t.Fatalf("%s: a replay of the deleted entry was taken a year on", key)
+		}
+		if _, ok := s.Get(key); ok {
+			t.Fatalf("%s: the replay is visible", key)
+		}
+	}
+	// A job's tombstone is collected: it was deleted past its expiry.
+	job := writer.write(t, now, "jobs/19ab3c-01", "", true)
+	s.Apply(job, now)
+	if got := s.Collect(now.Add(TombstoneGrace+time.Minute), TombstoneGrace); !slices.Equal(got, []string{"jobs/19ab3c-01"}) {
+		t.Fatalf("collected %v, want the job's tombstone", got)
 	}
 }
 
@@ -404,6 +449,11 @@ func TestAuthTableClassifiesEveryKind(t *testing.T) {
 		}
 		if k.Writer != Self && k.Writer != Trusted {
 			t.Errorf("kind %s has no writer rule", k.Name)
+		}
+		// A trusted writer's deletions are kept (see Kind.Collected):
+		// a kind collected here says on its row why a replay is harmless.
+		if want := k.Writer == Self || k.Name == "job"; k.Collected != want {
+			t.Errorf("kind %s: Collected = %v, want %v", k.Name, k.Collected, want)
 		}
 		seen[k.Name] = true
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -104,27 +105,38 @@ func TestSelfDeclaredMembershipGainsNothing(t *testing.T) {
 	}
 	waitFor(t, "b to load echo in core", func() bool { _, ok := b.plugins.get("core", "echo"); return ok })
 
+	// evil's claims are signed with its key and handed to b as a peer's
+	// entry is: evil's own agent, being honest code, deletes again a
+	// membership of its own that its policies do not give it.
+	var hlc gossip.HLC
 	claim := func(policies ...string) {
 		t.Helper()
 		v, _ := json.Marshal(memberRecord{Policies: policies})
-		if _, err := evil.replica.Put(ctx, memberKey("core", evil.ID(), "policy"), v); err != nil {
+		hlc = gossip.Next(hlc, time.Now())
+		e, err := gossip.Sign(gossip.Entry{Key: memberKey("core", evil.ID(), "policy"), Value: v, HLC: hlc}, evil.key)
+		if err != nil {
 			t.Fatal(err)
 		}
+		_, err = b.replica.Accept(evil.ID(), e.Raw)
 		if !b.rules().Counts(evil.ID()) {
 			// Pending: b refuses the claim, counted, and holds nothing.
-			waitFor(t, "b to refuse the claim", func() bool {
-				st, _ := b.Status(ctx)
-				return st.Rejected["not_admitted"] >= 1
-			})
+			if !errors.Is(err, gossip.ErrNotAdmitted) {
+				t.Fatalf("b took a pending node's claim: %v", err)
+			}
+			if st, _ := b.Status(ctx); st.Rejected["not_admitted"] < 1 {
+				t.Fatalf("b's counters: %v", st.Rejected)
+			}
 			if _, ok := b.replica.Get(memberKey("core", evil.ID(), "policy")); ok {
 				t.Fatal("b holds a pending node's claim")
 			}
 			return
 		}
-		waitFor(t, "b to store the claim", func() bool {
-			e, ok := b.replica.Get(memberKey("core", evil.ID(), "policy"))
-			return ok && string(e.Value) == string(v)
-		})
+		if err != nil {
+			t.Fatalf("b refused an admitted node's claim: %v", err)
+		}
+		if err := b.replica.Apply(e); err != nil {
+			t.Fatal(err)
+		}
 	}
 	refused := func(stage string) {
 		t.Helper()

@@ -176,11 +176,22 @@ func (n *Node) triggerReconcile() {
 
 // reconcileLoop keeps this node's policy memberships equal to what the
 // policies say of its facts: on start, on every policy change, on every
-// facts change, and after a failure (a write the store refused) again by
-// itself, from a second doubling to a minute.
+// facts change, on every change to one of its own memberships, and after
+// a failure (a write the store refused) again by itself, from a second
+// doubling to a minute. Its own memberships: an entry this node signed
+// once, replayed by whoever kept it after its tombstone was collected
+// (gossip.Kind.Collected), would otherwise say it is back in a tribe it
+// left; the reconcile deletes it again.
 func (n *Node) reconcileLoop() {
 	cancel := n.replica.Watch(policiesPrefix, func(gossip.Change) { n.triggerReconcile() })
 	defer cancel()
+	own := "/members/" + n.host.ID().String() + "/policy"
+	cancelOwn := n.replica.Watch(tribesPrefix, func(c gossip.Change) {
+		if strings.HasSuffix(c.Key, own) {
+			n.triggerReconcile()
+		}
+	})
+	defer cancelOwn()
 	n.triggerReconcile()
 	backoff.Loop(n.ctx, n.reconcileCh, time.Second, time.Minute, n.float,
 		func() error { return n.reconcile(n.ctx) },

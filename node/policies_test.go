@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tribeagent/tribe/policy"
@@ -110,6 +111,42 @@ func TestFactsAreAppliedAllOrNothing(t *testing.T) {
 	if f, _ := n.Facts(ctx, ""); f["tier"] != "silver" || !selfMatches(t, n, `facts.tier == "silver"`) {
 		t.Fatalf("the record says tier %v after a good file", f["tier"])
 	}
+}
+
+// A policy membership this node signed and then deleted, replayed once
+// its tombstone was collected, is deleted again: the node says where it
+// belongs, not whoever kept its old entry.
+func TestReplayedOwnMembershipIsTakenBack(t *testing.T) {
+	ctx := context.Background()
+	var tier atomic.Value
+	tier.Store("gold")
+	n := startNodeDeps(t, loopbackConfig(t, "a"), Deps{Facts: func(context.Context) (policy.Facts, error) {
+		return policy.Facts{"tier": tier.Load()}, nil
+	}})
+	for _, name := range []string{"gold", "silver"} {
+		if _, err := n.CreatePolicy(ctx, name, name, `facts.tier == "`+name+`"`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the node to join gold by policy", func() bool { return slices.Equal(policyTribes(n), []string{"gold"}) })
+	key := memberKey("gold", n.ID(), "policy")
+	old, _ := n.replica.Get(key)
+
+	tier.Store("silver")
+	if err := n.RefreshFacts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node to move to silver", func() bool { return slices.Equal(policyTribes(n), []string{"silver"}) })
+	if err := n.replica.Forget(key); err != nil { // its tombstone, collected
+		t.Fatal(err)
+	}
+	if err := n.replica.Apply(old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replayed membership to be deleted again", func() bool {
+		v, ok := n.replica.Version(key)
+		return ok && v.Deleted && slices.Equal(policyTribes(n), []string{"silver"})
+	})
 }
 
 // policy test refuses exactly what policy create refuses, with the same

@@ -45,7 +45,19 @@ type Kind struct {
 	// kind may be collected only where such a replay restores nothing:
 	// say why on its row.
 	Collected bool
+	// MaxPerAuthor, if not zero, bounds the keys of this kind held per
+	// author, tombstones included (see Replica's checkPerAuthor): a kind
+	// whose keys a node names itself (a tribe's name) would otherwise let
+	// one node that counts have every node hold as many as it liked.
+	MaxPerAuthor int
 }
+
+// MaxPolicyMemberships bounds the tribes a node is in by policy, as far
+// as others hold: one membership key per tribe, tombstones included
+// (those of the last TombstoneGrace). A node in more tribes than this
+// by policy has the rest refused, its own write included, with
+// ErrAuthorFull.
+const MaxPolicyMemberships = 1024
 
 // Kinds is the whole authorisation table, deny by default: a key that
 // matches no row is refused. Every row is tested (auth_test.go).
@@ -59,7 +71,7 @@ var Kinds = []Kind{
 	{Name: "admission", Pattern: "admitted/{peer}", Writer: Trusted},
 	{Name: "tribe", Pattern: "tribes/{tribe}", Writer: Trusted},
 	{Name: "member-manual", Pattern: "tribes/{tribe}/members/{peer}/manual", Writer: Trusted},
-	{Name: "member-policy", Pattern: "tribes/{tribe}/members/{peer}/policy", Writer: Self, SelfSegment: 3, Collected: true},
+	{Name: "member-policy", Pattern: "tribes/{tribe}/members/{peer}/policy", Writer: Self, SelfSegment: 3, Collected: true, MaxPerAuthor: MaxPolicyMemberships},
 	{Name: "policy", Pattern: "policies/{policy}", Writer: Trusted},
 	{Name: "plugin", Pattern: "tribes/{tribe}/plugins/{plugin}", Writer: Trusted},
 	{Name: "task", Pattern: "tribes/{tribe}/tasks/{task}", Writer: Trusted},
@@ -100,6 +112,30 @@ var directFirst = func() map[string]bool {
 	}
 	return m
 }()
+
+// boundedFirst are the first segments of the patterns of kinds bounded
+// per author (Kind.MaxPerAuthor): the state classifies a new key only if
+// it starts with one.
+var boundedFirst = func() map[string]bool {
+	m := map[string]bool{}
+	for _, k := range Kinds {
+		if k.MaxPerAuthor > 0 {
+			first, _, _ := strings.Cut(k.Pattern, "/")
+			m[first] = true
+		}
+	}
+	return m
+}()
+
+// bounded returns key's kind if it is bounded per author.
+func bounded(key string) (Kind, bool) {
+	first, _, _ := strings.Cut(key, "/")
+	if !boundedFirst[first] {
+		return Kind{}, false
+	}
+	k, err := Classify(key)
+	return k, err == nil && k.MaxPerAuthor > 0
+}
 
 // ValidName reports whether s may name a tribe, policy, plugin or task.
 func ValidName(s string) bool { return names.Valid(s) }

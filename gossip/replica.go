@@ -412,6 +412,9 @@ func (r *Replica) write(ctx context.Context, e Entry, publish bool, sent func(*S
 	if err := r.Trust().Authorize(e.Key, author); err != nil {
 		return nil, err
 	}
+	if err := r.checkPerAuthor(&Signed{Entry: Entry{Key: e.Key, Author: author}}); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	r.clock = Next(r.clock, r.now())
 	e.HLC = r.clock
@@ -630,7 +633,40 @@ func (r *Replica) check(e *Signed, now time.Time) error {
 			return fmt.Errorf("%w: %s by %s: %w", ErrValueRefused, e.Key, e.Author, err)
 		}
 	}
-	return r.checkCounts(t, e)
+	if err := r.checkCounts(t, e); err != nil {
+		return err
+	}
+	return r.checkPerAuthor(e)
+}
+
+// ErrAuthorFull refuses a new key of a kind bounded per author
+// (Kind.MaxPerAuthor) from an author who holds as many here already.
+var ErrAuthorFull = errors.New("gossip: author holds as many keys of this kind as one may")
+
+// checkPerAuthor refuses a new key of a kind bounded per author
+// (Kind.MaxPerAuthor) whose author holds as many here, tombstones
+// included: a node that counts could otherwise have every node hold a
+// membership of its own in as many made-up tribes as it liked (it may
+// name any tribe), each up to MaxValueLen. A new version of a key held is
+// always taken. Checks made at once may each find the last slot free, so
+// the bound may be passed by as many as are checked together (pubsub
+// validates in parallel). Nodes may hold different keys of such an author
+// and so refuse different ones: it is refused as a disagreement is
+// (counted author_full, not scored).
+func (r *Replica) checkPerAuthor(e *Signed) error {
+	k, ok := bounded(e.Key)
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, held := r.state.Version(e.Key); held {
+		return nil
+	}
+	if n := r.state.AuthorHolds(k.Name, e.Author); n >= k.MaxPerAuthor {
+		return fmt.Errorf("%w: %s by %s, who has %d %s keys held here", ErrAuthorFull, e.Key, e.Author, n, k.Name)
+	}
+	return nil
 }
 
 // ErrValueRefused refuses an entry whose value ReplicaConfig.Value
@@ -933,7 +969,7 @@ func (r *Replica) collect() {
 // Counters of refused input, by reason.
 type counters struct {
 	badSignature, badSigner, malformed, tooLarge, unauthorized, unknownKey, fromFuture, notAdmitted, valueRefused atomic.Int64
-	pendingTooLarge, pendingFull, pendingTooSoon                                                                  atomic.Int64
+	pendingTooLarge, pendingFull, pendingTooSoon, authorFull                                                      atomic.Int64
 
 	// Sync streams (see refuseSync): malformed in either direction,
 	// entries sent that were not asked for, penalties given, pulls of
@@ -975,6 +1011,8 @@ func (c *counters) reject(err error) {
 		c.pendingTooSoon.Add(1)
 	case errors.Is(err, ErrNotAdmitted):
 		c.notAdmitted.Add(1)
+	case errors.Is(err, ErrAuthorFull):
+		c.authorFull.Add(1)
 	case errors.Is(err, ErrValueRefused):
 		c.valueRefused.Add(1)
 	default:
@@ -998,6 +1036,7 @@ func (r *Replica) Rejected() map[string]int64 {
 		"pending_too_large":        c.pendingTooLarge.Load(),
 		"pending_full":             c.pendingFull.Load(),
 		"pending_too_soon":         c.pendingTooSoon.Load(),
+		"author_full":              c.authorFull.Load(),
 		"value_refused":            c.valueRefused.Load(),
 		"sync_malformed":           c.syncMalformed.Load(),
 		"sync_unwanted":            c.syncUnwanted.Load(),

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/btree"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // MaxClockSkew is how far in the future an entry's clock may be, against
@@ -41,11 +42,20 @@ type State struct {
 	// entries (see Scope); isDirect says which a key is.
 	shared, direct digest
 	isDirect       func(key string) bool
+	// perAuthor counts the keys held, tombstones included, of each
+	// author in the kinds bounded per author (Kind.MaxPerAuthor).
+	perAuthor map[authorKind]int
+}
+
+// authorKind names one author's keys of one kind.
+type authorKind struct {
+	kind   string
+	author peer.ID
 }
 
 // NewState returns an empty state that authorises entries with trust.
 func NewState(trust Trust) *State {
-	return &State{trust: trust, entries: map[string]*Signed{}, keys: btree.NewOrderedG[string](keysDegree)}
+	return &State{trust: trust, entries: map[string]*Signed{}, keys: btree.NewOrderedG[string](keysDegree), perAuthor: map[authorKind]int{}}
 }
 
 // keysDegree is the key index's B-tree degree: google/btree's examples
@@ -86,6 +96,7 @@ func (s *State) Apply(e *Signed, now time.Time) (*Change, error) {
 	s.entries[e.Key] = e
 	if old == nil {
 		s.keys.ReplaceOrInsert(e.Key)
+		s.countAuthor(e, 1)
 	}
 	s.digestOf(e.Key).put(e.Key, keyHash(e.Key), versionHash(e))
 	return &Change{Key: e.Key, Old: old, New: e}, nil
@@ -189,8 +200,29 @@ func (s *State) forget(key string) *Signed {
 		delete(s.entries, key)
 		s.keys.Delete(key)
 		s.digestOf(key).remove(keyHash(key))
+		s.countAuthor(e, -1)
 	}
 	return e
+}
+
+// countAuthor adds d to the count of e's author's keys of e's kind, if
+// that kind is bounded per author.
+func (s *State) countAuthor(e *Signed, d int) {
+	k, ok := bounded(e.Key)
+	if !ok {
+		return
+	}
+	ak := authorKind{k.Name, e.Author}
+	if s.perAuthor[ak] += d; s.perAuthor[ak] <= 0 {
+		delete(s.perAuthor, ak)
+	}
+}
+
+// AuthorHolds is how many keys of kind by author are held, tombstones
+// included; counted for the kinds bounded per author (Kind.MaxPerAuthor)
+// only.
+func (s *State) AuthorHolds(kind string, author peer.ID) int {
+	return s.perAuthor[authorKind{kind, author}]
 }
 
 // Len is the number of keys held, tombstones included.
@@ -213,9 +245,7 @@ func (s *State) Collect(now time.Time, grace time.Duration) []string {
 	var gone []string
 	for k, e := range s.entries {
 		if e.Deleted && now.Sub(e.HLC.Wall()) > grace && collected(k) {
-			delete(s.entries, k)
-			s.keys.Delete(k)
-			s.digestOf(k).remove(keyHash(k))
+			s.forget(k)
 			gone = append(gone, k)
 		}
 	}

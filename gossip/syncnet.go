@@ -467,11 +467,13 @@ var errDisagreed = errors.New("gossip: too many entries this node does not accep
 // disagreement reports whether err refuses a well-signed entry for a
 // reason an honest peer can have: its key kind is unknown here, its author
 // is not authorised by this node's trust list (or not admitted, as far as
-// this node knows yet), it is ahead of this node's clock, or its value is
-// one this version refuses (ReplicaConfig.Value) and an earlier one took.
+// this node knows yet), it is ahead of this node's clock, its value is
+// one this version refuses (ReplicaConfig.Value) and an earlier one took,
+// or its author has as many keys of its kind held here as one may (the
+// peer may hold others).
 func disagreement(err error) bool {
 	return errors.Is(err, ErrUnknownKey) || errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrFromFuture) ||
-		errors.Is(err, ErrNotAdmitted) || errors.Is(err, ErrValueRefused)
+		errors.Is(err, ErrNotAdmitted) || errors.Is(err, ErrValueRefused) || errors.Is(err, ErrAuthorFull)
 }
 
 // applyFetched checks the entries of a sync response as pubsub entries are

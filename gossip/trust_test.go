@@ -245,6 +245,77 @@ func TestRecordsOfNodesThatDoNotCountAreBounded(t *testing.T) {
 	}
 }
 
+// A node that counts may name any tribe in a policy membership of its
+// own, but others hold at most MaxPolicyMemberships such keys of it,
+// tombstones included: past that a new one is refused (author_full, not
+// scored), a held one may still change, and its own node refuses to
+// write one more. Another author's are counted apart.
+func TestPolicyMembershipsPerAuthorAreBounded(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(7, 8))
+	writer, admitted, other := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(peer.ID) bool { return true }})
+	r := n.r
+	now := n.clock.now()
+	key := func(a *author, i int) string {
+		return fmt.Sprintf("tribes/t%d/members/%s/policy", i, a.id)
+	}
+	for i := range MaxPolicyMemberships {
+		deleted := i%2 == 1 // tombstones count as keys held
+		e := admitted.write(t, now, key(admitted, i), `{"policies":["p"]}`, deleted)
+		if _, err := r.Accept(admitted.id, e.Raw); err != nil {
+			t.Fatalf("membership %d: %v", i, err)
+		}
+		if err := r.Apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := admitted.write(t, now, key(admitted, MaxPolicyMemberships), `{"policies":["p"]}`, false)
+	if _, err := r.Accept(admitted.id, late.Raw); !errors.Is(err, ErrAuthorFull) {
+		t.Fatalf("membership %d: %v, want ErrAuthorFull", MaxPolicyMemberships+1, err)
+	}
+	if got := r.Rejected()["author_full"]; got != 1 {
+		t.Fatalf("author_full %d, want 1", got)
+	}
+	if !disagreement(fmt.Errorf("x: %w", ErrAuthorFull)) {
+		t.Fatal("an author over the bound is not a disagreement: a peer holding other keys of it would be penalised")
+	}
+	again := admitted.write(t, now, key(admitted, 0), `{"policies":["q"]}`, false)
+	if _, err := r.Accept(admitted.id, again.Raw); err != nil {
+		t.Fatalf("a new version of a held membership: %v", err)
+	}
+	if _, err := r.Accept(other.id, other.write(t, now, key(other, 0), `{"policies":["p"]}`, false).Raw); err != nil {
+		t.Fatalf("another author's membership: %v", err)
+	}
+	// Forgetting one (as collecting its tombstone does) makes room.
+	if err := r.Forget(key(admitted, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Accept(admitted.id, late.Raw); err != nil {
+		t.Fatalf("after a key was forgotten: %v", err)
+	}
+}
+
+// This node refuses to write a policy membership of its own past
+// MaxPolicyMemberships, with the reason.
+func TestOwnPolicyMembershipsAreBounded(t *testing.T) {
+	n := startTestNet(t, &testNet{mn: mocknet.New()})
+	r := n.r
+	ctx := context.Background()
+	self := r.self.String()
+	for i := range MaxPolicyMemberships {
+		if _, err := r.Put(ctx, fmt.Sprintf("tribes/t%d/members/%s/policy", i, self), []byte(`{}`)); err != nil {
+			t.Fatalf("membership %d: %v", i, err)
+		}
+	}
+	if _, err := r.Put(ctx, fmt.Sprintf("tribes/t%d/members/%s/policy", MaxPolicyMemberships, self), []byte(`{}`)); !errors.Is(err, ErrAuthorFull) {
+		t.Fatalf("membership %d: %v, want ErrAuthorFull", MaxPolicyMemberships+1, err)
+	}
+	if _, err := r.Put(ctx, fmt.Sprintf("tribes/t0/members/%s/policy", self), []byte(`{"policies":["p"]}`)); err != nil {
+		t.Fatalf("a held membership rewritten: %v", err)
+	}
+}
+
 // A record of a node that does not count is taken no sooner than
 // PendingRewrite after the one held, by their clocks, and that bound held
 // only forwards: its author picks its clocks, so versions a second apart

@@ -218,6 +218,7 @@ func (n *Node) reconcile(ctx context.Context) error {
 	var errs []error
 	for _, tribe := range slices.Sorted(maps.Keys(desired)) {
 		names := desired[tribe]
+		names = names[:min(len(names), maxClaimedPolicies)] // one that backs it is enough
 		if cur, ok := current[tribe]; ok && slices.Equal(cur, names) && !rewrite {
 			continue
 		}

@@ -73,9 +73,9 @@ func checkRecord(v []byte) error {
 }
 
 // checkValue is the replica's Value (gossip.ReplicaConfig.Value): what an
-// entry's value must hold, whoever sent it. Node records are checked, and
-// admissions: one that does not read would revoke its node on every node
-// that took it.
+// entry's value must hold, whoever sent it. Node records are checked,
+// policy memberships, and admissions: one that does not read would revoke
+// its node on every node that took it.
 func checkValue(e *gossip.Signed) error {
 	switch {
 	case e.Deleted:
@@ -85,6 +85,48 @@ func checkValue(e *gossip.Signed) error {
 	case strings.HasPrefix(e.Key, authority.AdmittedPrefix):
 		_, err := authority.DecodeAdmission(e.Value)
 		return err
+	case strings.HasPrefix(e.Key, tribesPrefix) && strings.HasSuffix(e.Key, "/policy") && isPolicyMembership(e.Key):
+		return checkPolicyMembership(e.Value)
+	}
+	return nil
+}
+
+// Bounds of a policy membership (tribes/<t>/members/<peer>/policy): a node
+// names at most maxClaimedPolicies of the policies that put it in the
+// tribe (one that exists and matches is enough for it to count), and the
+// value is at most maxMembershipValue bytes. A node writes such keys for
+// any tribe it likes (gossip.MaxPolicyMemberships of them): without these
+// bounds each could be gossip.MaxValueLen of whatever it liked.
+const (
+	maxClaimedPolicies = 32
+	maxMembershipValue = 4 << 10
+)
+
+// isPolicyMembership reports whether key is tribes/<t>/members/<peer>/policy
+// (not, say, a plugin named policy).
+func isPolicyMembership(key string) bool {
+	k, err := gossip.Classify(key)
+	return err == nil && k.Name == "member-policy"
+}
+
+// checkPolicyMembership reports why the value of a policy membership
+// cannot be taken: it must read as one, name policies by valid names, at
+// most maxClaimedPolicies, in at most maxMembershipValue bytes.
+func checkPolicyMembership(v []byte) error {
+	if len(v) > maxMembershipValue {
+		return fmt.Errorf("a policy membership of %d bytes, at most %d", len(v), maxMembershipValue)
+	}
+	var rec memberRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return fmt.Errorf("not a policy membership: %w", err)
+	}
+	if len(rec.Policies) > maxClaimedPolicies {
+		return fmt.Errorf("a policy membership naming %d policies, at most %d", len(rec.Policies), maxClaimedPolicies)
+	}
+	for _, p := range rec.Policies {
+		if !gossip.ValidName(p) {
+			return fmt.Errorf("a policy membership naming %q, not a policy name", names.Cut(p, 64, "…"))
+		}
 	}
 	return nil
 }

@@ -53,6 +53,42 @@ func TestCheckRecord(t *testing.T) {
 	}
 }
 
+// A policy membership must read as one, with at most maxClaimedPolicies
+// valid policy names in at most maxMembershipValue bytes; checkValue asks
+// it of policy memberships only (a plugin named policy is not one).
+func TestCheckPolicyMembership(t *testing.T) {
+	p := "12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"
+	many := make([]string, maxClaimedPolicies+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("p%d", i)
+	}
+	tooMany, _ := json.Marshal(memberRecord{Policies: many})
+	enough, _ := json.Marshal(memberRecord{Policies: many[:maxClaimedPolicies]})
+	for _, c := range []struct {
+		name, key, value, want string // want: "" takes it
+	}{
+		{"a membership", "tribes/web/members/" + p + "/policy", `{"policies":["web","all"]}`, ""},
+		{"no policies", "tribes/web/members/" + p + "/policy", `{}`, ""},
+		{"fields of a later version", "tribes/web/members/" + p + "/policy", `{"policies":["web"],"since":3}`, ""},
+		{"as many policies as may be", "tribes/web/members/" + p + "/policy", string(enough), ""},
+		{"one policy more", "tribes/web/members/" + p + "/policy", string(tooMany), "naming 33 policies"},
+		{"not JSON", "tribes/web/members/" + p + "/policy", `{"policies":`, "not a policy membership"},
+		{"a name that is not one", "tribes/web/members/" + p + "/policy", `{"policies":["Web"]}`, "not a policy name"},
+		{"padding", "tribes/web/members/" + p + "/policy", `{"policies":[],"x":"` + strings.Repeat("x", maxMembershipValue) + `"}`, "at most 4096"},
+		{"a plugin named policy", "tribes/web/plugins/policy", `{"x":"` + strings.Repeat("x", maxMembershipValue) + `"}`, ""},
+		{"a manual membership", "tribes/web/members/" + p + "/manual", `{}`, ""},
+	} {
+		e := &gossip.Signed{Entry: gossip.Entry{Key: c.key, Value: []byte(c.value)}}
+		err := checkValue(e)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
 // A peer's record that checkRecord refuses is refused however it comes
 // (handed over, published, pulled), counted, and not asked for again;
 // the record held before stays, and the node's views show it.

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
 	"math/rand/v2"
@@ -8,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 // makeEntries signs n entries under tribes/… by a few authors, with values
@@ -68,6 +72,51 @@ func BenchmarkMergeVsVerify(b *testing.B) {
 	b.ReportMetric(total/merge.Seconds(), "merges/s")
 	b.ReportMetric(total/verify.Seconds(), "verifies/s")
 	b.ReportMetric(verify.Seconds()/merge.Seconds(), "merge/verify_ratio")
+}
+
+// BenchmarkValidateFlood: what the topic validator spends on a message
+// of a node that does not count (a policy membership of a made-up
+// identity: what any peer that can connect may send as fast as it likes,
+// refused before its signature is checked), against one it takes (an
+// admitted node's membership: its signature checked), side by side.
+// Reports how many of the first cost as much as one of the second.
+func BenchmarkValidateFlood(b *testing.B) {
+	const n = 2000
+	rng := rand.New(rand.NewPCG(11, 12))
+	writer, admitted := newAuthor(b, rng), newAuthor(b, rng)
+	net := startTestNet(b, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	flood, taken := make([]*pubsub.Message, n), make([]*pubsub.Message, n)
+	for i := range n {
+		a := newAuthor(b, rng)
+		e := a.write(b, t0, "tribes/web/members/"+a.id.String()+"/policy", `{"policies":["web"]}`, false)
+		flood[i] = &pubsub.Message{Message: &pb.Message{Data: e.Raw}}
+		e = admitted.write(b, t0, fmt.Sprintf("tribes/t%d/members/%s/policy", i, admitted.id), `{"policies":["web"]}`, false)
+		taken[i] = &pubsub.Message{Message: &pb.Message{Data: e.Raw}}
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	var refusing, taking time.Duration
+	for range b.N {
+		start := time.Now()
+		for _, m := range flood {
+			if net.r.validate(ctx, writer.id, m) != pubsub.ValidationIgnore {
+				b.Fatal("a made-up node's membership was not ignored")
+			}
+		}
+		refusing += time.Since(start)
+		start = time.Now()
+		for _, m := range taken {
+			if net.r.validate(ctx, writer.id, m) != pubsub.ValidationAccept {
+				b.Fatal("an admitted node's membership was not accepted")
+			}
+		}
+		taking += time.Since(start)
+	}
+	total := float64(n * b.N)
+	b.ReportMetric(total/refusing.Seconds(), "refused/s")
+	b.ReportMetric(total/taking.Seconds(), "taken/s")
+	b.ReportMetric(taking.Seconds()/refusing.Seconds(), "refused_per_taken")
 }
 
 // BenchmarkCatchUp: a replica missing 10,000 of 100,000 entries pulls

@@ -182,7 +182,7 @@ func Open(raw []byte) (*Signed, error) {
 	if len(raw) > MaxEntrySize {
 		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(raw))
 	}
-	if err := precheck(raw); err != nil {
+	if _, err := precheck(raw); err != nil {
 		return nil, err
 	}
 	var p payload
@@ -207,23 +207,38 @@ func Open(raw []byte) (*Signed, error) {
 // not Ed25519 (edsigner), or by another than its author; and one in bytes
 // other than those its fields encode to, which anyone could write of
 // another's entry, with another hash (which breaks the tie of an author's
-// one clock: see newer) and another pubsub message ID.
-func precheck(raw []byte) error {
+// one clock: see newer) and another pubsub message ID. It returns the
+// entry as its bytes say, signature unchecked.
+func precheck(raw []byte) (Entry, error) {
 	env, err := edsigner.Read(raw)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+		return Entry{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if !env.Canonical {
-		return ErrNotCanonical
+		return Entry{}, ErrNotCanonical
 	}
 	var p payload
 	if err := p.UnmarshalRecord(env.Payload); errors.Is(err, ErrTooLarge) {
-		return err
+		return Entry{}, err
 	} else if err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+		return Entry{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if env.Signer != p.Author {
-		return fmt.Errorf("%w: signed by %s, author %s", ErrBadSigner, env.Signer, p.Author)
+		return Entry{}, fmt.Errorf("%w: signed by %s, author %s", ErrBadSigner, env.Signer, p.Author)
 	}
-	return nil
+	return p.Entry, nil
+}
+
+// peek is Open without the signature check: the entry as raw says, for
+// refusing before the check what would be refused after it whatever the
+// signature (see Replica.validate). Nothing it returns may be taken.
+func peek(raw []byte) (*Signed, error) {
+	if len(raw) > MaxEntrySize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(raw))
+	}
+	e, err := precheck(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &Signed{Entry: e, Raw: raw, Hash: sha256.Sum256(raw)}, nil
 }

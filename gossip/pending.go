@@ -75,7 +75,7 @@ const pendingRecount = time.Second
 // keys held of such nodes, tombstones included, are what MaxPending
 // bounds (tombstones are kept for TombstoneGrace, and a bound on live
 // records alone would let records and their tombstones pile up).
-func (r *Replica) checkPending(e *Signed) error {
+func (r *Replica) checkPending(e *Signed, signed bool) error {
 	if len(e.Value) > MaxPendingRecord {
 		return fmt.Errorf("%w: %s by %s holds %d bytes", ErrPendingTooLarge, e.Key, e.Author, len(e.Value))
 	}
@@ -105,7 +105,9 @@ func (r *Replica) checkPending(e *Signed) error {
 		if t, ok := p.taken[e.Key]; ok && t.hash != e.Hash && now.Sub(t.at) < pendingRetake && !now.Before(t.at) {
 			return fmt.Errorf("%w: %s by %s, %v after this node took the version held", ErrPendingTooSoon, e.Key, e.Author, now.Sub(t.at))
 		}
-		p.take(e, now)
+		if signed {
+			p.take(e, now)
+		}
 		return nil
 	}
 	if e.Deleted {
@@ -119,8 +121,10 @@ func (r *Replica) checkPending(e *Signed) error {
 	if p.n >= MaxPending {
 		return fmt.Errorf("%w: %s by %s", ErrPendingFull, e.Key, e.Author)
 	}
-	p.n++
-	p.take(e, now)
+	if signed {
+		p.n++
+		p.take(e, now)
+	}
 	return nil
 }
 

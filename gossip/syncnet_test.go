@@ -109,7 +109,7 @@ func newTestNet(t *testing.T) *testNet {
 }
 
 // startTestNet starts n, set up but for its mocknet's first host.
-func startTestNet(t *testing.T, n *testNet) *testNet {
+func startTestNet(t testing.TB, n *testNet) *testNet {
 	t.Helper()
 	t.Cleanup(func() { n.mn.Close() })
 	h, err := genPeer(n.mn)
@@ -121,7 +121,7 @@ func startTestNet(t *testing.T, n *testNet) *testNet {
 }
 
 // start runs the replica on h, which must not be connected yet.
-func (n *testNet) start(t *testing.T, h host.Host) {
+func (n *testNet) start(t testing.TB, h host.Host) {
 	t.Helper()
 	store, err := OpenStore(filepath.Join(t.TempDir(), "state.db"), true)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
@@ -293,6 +295,66 @@ func TestPolicyMembershipsPerAuthorAreBounded(t *testing.T) {
 	}
 	if _, err := r.Accept(admitted.id, late.Raw); err != nil {
 		t.Fatalf("after a key was forgotten: %v", err)
+	}
+}
+
+// The topic validator refuses what an entry says before it checks its
+// signature: a membership of a node that does not count, and a record of
+// a new node past MaxPending, are refused (ignored, not scored) whatever
+// their signatures, counted as what they say; an entry it would take is
+// still refused for a bad signature, and rejected. A record refused
+// before its signature took no pending slot.
+func TestValidatorRefusesWhatEntriesSayBeforeTheirSignatures(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(9, 10))
+	writer, admitted, stranger := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	r := n.r
+	now := n.clock.now()
+	validate := func(e *Signed) pubsub.ValidationResult {
+		return r.validate(context.Background(), stranger.id, &pubsub.Message{Message: &pb.Message{Data: e.Raw}})
+	}
+	forged := func(e *Signed) *Signed {
+		raw := slices.Clone(e.Raw)
+		raw[len(raw)-1] ^= 1 // the signature is the envelope's last field
+		return &Signed{Entry: e.Entry, Raw: raw}
+	}
+	member := forged(stranger.write(t, now, "tribes/web/members/"+stranger.id.String()+"/policy", `{}`, false))
+	if got := validate(member); got != pubsub.ValidationIgnore {
+		t.Fatalf("a forged membership of a node that does not count: %v, want ignored", got)
+	}
+	if got := r.Rejected(); got["not_admitted"] != 1 || got["bad_signature"] != 0 {
+		t.Fatalf("counted %v, want not_admitted before the signature", got)
+	}
+	ok := forged(admitted.write(t, now, "tribes/web/members/"+admitted.id.String()+"/policy", `{}`, false))
+	if got := validate(ok); got != pubsub.ValidationReject {
+		t.Fatalf("a forged membership of a node that counts: %v, want rejected", got)
+	}
+	if got := r.Rejected()["bad_signature"]; got != 1 {
+		t.Fatalf("bad_signature %d, want 1", got)
+	}
+	// Forged records take no pending slot: MaxPending of them leave
+	// room for a real one.
+	for range MaxPending {
+		a := newAuthor(t, rng)
+		if got := validate(forged(a.write(t, now, "nodes/"+a.id.String(), `{"name":"p"}`, false))); got != pubsub.ValidationReject {
+			t.Fatalf("a forged record: %v, want rejected", got)
+		}
+	}
+	real := newAuthor(t, rng)
+	if got := validate(real.write(t, now, "nodes/"+real.id.String(), `{"name":"p"}`, false)); got != pubsub.ValidationAccept {
+		t.Fatalf("a record after %d forged ones: %v, want accepted", MaxPending, got)
+	}
+	// Past MaxPending, a new record is refused before its signature.
+	r.pending.mu.Lock()
+	r.pending.n, r.pending.at = MaxPending, n.clock.now()
+	r.pending.mu.Unlock()
+	late := newAuthor(t, rng)
+	if got := validate(forged(late.write(t, now, "nodes/"+late.id.String(), `{"name":"p"}`, false))); got != pubsub.ValidationIgnore {
+		t.Fatalf("a forged record past MaxPending: %v, want ignored", got)
+	}
+	if got := r.Rejected()["pending_full"]; got != 1 {
+		t.Fatalf("pending_full %d, want 1", got)
 	}
 }
 

@@ -248,7 +248,11 @@ func TestBadEntriesAreRejectedCountedAndChangeNothing(t *testing.T) {
 		return signed.Raw
 	}
 	now := gossip.MakeHLC(time.Now().UnixMilli(), 0)
-	good := sign(gossip.Entry{Key: "tribes/core", HLC: now})
+	// Forged: an entry the rogue may write (its own record), with a
+	// signature that does not verify. What an entry says is checked
+	// before its signature, so a forged entry it may not write is
+	// refused as unauthorized.
+	good := sign(gossip.Entry{Key: "nodes/" + rogueID.String(), Value: []byte(`{"name":"rogue"}`), HLC: now})
 	forged := append([]byte(nil), good...)
 	forged[len(forged)-5] ^= 0xff
 	bad := map[string][]byte{

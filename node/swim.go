@@ -74,6 +74,9 @@ type swimState struct {
 	// keptServed counts each peer's kept streams served here (swimkept.go).
 	kept       map[peer.ID]*keptSwim
 	keptServed map[peer.ID]int
+	// keptStrangers counts the kept streams served here to peers that
+	// did not count when they opened them (swimKeptStrangers).
+	keptStrangers int
 }
 
 // swimConfig is the detector's configuration for the node's.

@@ -44,6 +44,13 @@ const (
 	// swimKeptPerPeer bounds the kept streams one peer holds open to this
 	// node: one in use and one being replaced.
 	swimKeptPerPeer = 2
+	// swimKeptStrangers bounds the kept streams held open to this node by
+	// all the peers that do not count, together: identities are free to
+	// make, and each held two streams (two goroutines and their buffers)
+	// for up to swimKeptIdle. Pending nodes probe the members they know
+	// on such streams; past the bound they are answered on streams of
+	// their own, swimStrangers at a time.
+	swimKeptStrangers = 32
 )
 
 // keptSwim is a kept stream on the pinging side, with its reader. One
@@ -206,7 +213,8 @@ func (n *Node) dropKept(p peer.ID) {
 // is answered busy (alive, nothing taken), as on a stream of its own.
 func (n *Node) serveSwimKept(s network.Stream) {
 	p := s.Conn().RemotePeer()
-	if !n.keptServe(p, 1) {
+	stranger := !n.rules().Counts(p) // as taken, so given back
+	if !n.keptServe(p, 1, stranger) {
 		n.swim.busy.Add(1)
 		s.Reset()
 		return
@@ -214,11 +222,11 @@ func (n *Node) serveSwimKept(s network.Stream) {
 	// The slot is given back before the stream ends: a peer that sees
 	// the end (a reset for a bad frame) may open the next stream at once.
 	if n.serveKeptFrames(s, p) {
-		n.keptServe(p, -1)
+		n.keptServe(p, -1, stranger)
 		s.Close()
 		return
 	}
-	n.keptServe(p, -1)
+	n.keptServe(p, -1, stranger)
 	s.Reset()
 }
 
@@ -265,14 +273,19 @@ func (n *Node) serveKeptFrames(s network.Stream, p peer.ID) bool {
 	}
 }
 
-// keptServe counts p's kept streams served here by delta; taking one
-// past swimKeptPerPeer is refused (false).
-func (n *Node) keptServe(p peer.ID, delta int) bool {
+// keptServe counts p's kept streams served here by delta, and those of
+// all strangers (peers that do not count) together; taking one past
+// swimKeptPerPeer, or a stranger's past swimKeptStrangers, is refused
+// (false).
+func (n *Node) keptServe(p peer.ID, delta int, stranger bool) bool {
 	n.swim.mu.Lock()
 	defer n.swim.mu.Unlock()
 	k := n.swim.keptServed[p] + delta
-	if k > swimKeptPerPeer {
+	if k > swimKeptPerPeer || stranger && delta > 0 && n.swim.keptStrangers >= swimKeptStrangers {
 		return false
+	}
+	if stranger {
+		n.swim.keptStrangers += delta
 	}
 	if k <= 0 {
 		delete(n.swim.keptServed, p)

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -152,6 +154,37 @@ func TestKeptStreamRefusesBadInput(t *testing.T) {
 	// b's own kept stream to a (its detector's probes) may hold a slot.
 	if held[len(held)-1] != nil {
 		t.Fatalf("%d kept streams from one peer all answered, want at most %d", len(held), swimKeptPerPeer)
+	}
+}
+
+// Peers that do not count hold at most swimKeptStrangers kept streams to
+// a node, all of them together; a peer that counts is not held back by
+// them, and a stranger's stream given back makes room for another.
+func TestKeptStreamsOfStrangersAreBounded(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "a"))
+	ids := make([]peer.ID, swimKeptStrangers+1)
+	for i := range ids {
+		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i], _ = peer.IDFromPrivateKey(k)
+	}
+	for i, id := range ids[:swimKeptStrangers] {
+		if !n.keptServe(id, 1, true) {
+			t.Fatalf("stranger %d's kept stream refused, want at most %d served", i, swimKeptStrangers)
+		}
+	}
+	last := ids[swimKeptStrangers]
+	if n.keptServe(last, 1, true) {
+		t.Fatalf("a stranger's kept stream past %d served", swimKeptStrangers)
+	}
+	if !n.keptServe(last, 1, false) {
+		t.Fatal("a peer that counts was refused for strangers' streams")
+	}
+	n.keptServe(ids[0], -1, true)
+	if !n.keptServe(last, 1, true) {
+		t.Fatal("a stranger's stream given back made no room")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,9 +107,7 @@ Examples:
 					if err != nil {
 						return err
 					}
-					if j.Behind != "" {
-						fmt.Fprintf(c.App.ErrWriter, "tribe: warning: this agent may know less of the job than its writer (%s): a target shown pending may have run it\n", j.Behind)
-					}
+					warnBehind(c, j.Behind)
 					if flagBool(c, "json") {
 						return printJSON(c.App.Writer, j)
 					}
@@ -201,8 +200,23 @@ Examples:
 	}
 }
 
+// warnBehind says on stderr why the agent may know less of a job than its
+// writer (api.Job.Behind), if it may.
+func warnBehind(c *cli.Context, behind string) {
+	if behind != "" {
+		fmt.Fprintf(c.App.ErrWriter, "tribe: warning: this agent may know less of the job than its writer (%s): a target shown pending may have run it\n", behind)
+	}
+}
+
+// behindEvery is how often `job wait` asks whether its agent can reach
+// the job's writer, while no target ends.
+const behindEvery = 5 * time.Second
+
 // waitJob follows job id until no target is pending (or timeout, if not
-// zero): one row per target as it ends, then a summary.
+// zero): one row per target as it ends, then a summary. Targets' acks go
+// to the job's writer: an agent that cannot reach it learns of no more
+// ends, so while none comes the wait asks for the job's status now and
+// then, and says so once on stderr (the same warning as job status).
 func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -211,12 +225,38 @@ func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	var warned atomic.Bool
+	rows := make(chan struct{}, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(behindEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-rows:
+				tick.Reset(behindEvery)
+			case <-tick.C:
+				if j, err := client(c).Job(watchCtx, id); err == nil && j.Behind != "" && !warned.Swap(true) {
+					warnBehind(c, j.Behind)
+				}
+			}
+		}
+	}()
+	defer func() { stopWatch(); <-watched }()
 	asJSON := flagBool(c, "json")
 	enc := jsonEncoder(c.App.Writer)
 	tw := table(c.App.Writer)
 	header := false
 	ended, ok := 0, 0
 	err := client(c).WaitJob(ctx, id, nil, func(t api.JobTarget) {
+		select {
+		case rows <- struct{}{}:
+		default:
+		}
 		ended++
 		if t.State == "done" {
 			ok++
@@ -236,9 +276,14 @@ func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 		return err
 	}
 	// The stream ends when every target has ended, or when ctx did.
+	stopWatch()
+	<-watched
 	j, err := client(c).Job(c.Context, id)
 	if err != nil {
 		return err
+	}
+	if j.State == "pending" && !warned.Load() {
+		warnBehind(c, j.Behind)
 	}
 	if !asJSON {
 		fmt.Fprintf(c.App.ErrWriter, "job %s: %s (%s)\n", j.ID, j.State, countsText(j))

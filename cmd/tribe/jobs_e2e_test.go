@@ -219,4 +219,15 @@ func TestJobReachesEveryMemberAcrossKills(t *testing.T) {
 	if m, s := fileLines(w3, "marks"), fileLines(w3, "slow"); m != 1 || s != 3 {
 		t.Errorf("w3 ran jobs again after losing its state: %d marks (want 1), %d slow runs (want 3)", m, s)
 	}
+
+	// 6. The writer goes down: the others' acks go to it alone, so a
+	// member waiting on the job learns of no more ends, and says why.
+	w1 := web[0]
+	id = submitJob(t, o1, "--tribe", "web", "exec", "run", `{"command":"mark"}`)
+	waitUntil(t, 30*time.Second, "w1 to run the job", func() bool { return fileLines(w1, "marks") == 3 })
+	o1.kill()
+	out = w1.run(1, "job", "wait", id, "--timeout", "8s")
+	if !strings.Contains(out, "may know less of the job than its writer") || !strings.Contains(out, "stopped waiting") {
+		t.Errorf("job wait on a member, the writer down:\n%s", out)
+	}
 }

@@ -360,6 +360,36 @@ func TestForgedAnswersAreCaught(t *testing.T) {
 	}
 }
 
+// A relay that says its targets timed out (or answered garbage) when they
+// did not is only believed when the call's time is up: each such target
+// is handed back, to be sent the order again, and answers it.
+func TestLyingRelayCostsASecondTry(t *testing.T) {
+	c := newRelayNode(t, nil)
+	n := newRelayNode(t, nil, c.host.ID())
+	for _, note := range []Note{
+		{Delivered: true, Code: CodeTimeout, Error: "no answer before the deadline"},
+		{Delivered: true, Code: CodeBadResponse, Error: "the node answered with something else"},
+	} {
+		liar := newRelayNode(t, nil)
+		liar.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
+			defer st.Close()
+			note.Node = n.host.ID()
+			writeFrame(st, noteFrame(note))
+		})
+		connect(t, c, liar)
+		o := order("x-"+string(note.Code), "echo", "echo", 10*time.Second, n)
+		sealed := seal(t, o, c.key())
+		oc := relayAll(c, liar, o, sealed)[n.host.ID()]
+		if !oc.Again || oc.Response.Code != note.Code {
+			t.Fatalf("a relay's note %s: %+v, want it handed back", note.Code, oc)
+		}
+		connect(t, c, n)
+		if got := c.caller.Order(context.Background(), n.host.ID(), o, sealed); !got.OK {
+			t.Fatalf("sent again after the relay's %s: %+v", note.Code, got)
+		}
+	}
+}
+
 // An order's codec refuses what is not one.
 func TestOrderCheck(t *testing.T) {
 	c := newRelayNode(t, nil)

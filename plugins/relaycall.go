@@ -15,11 +15,12 @@ import (
 type RelayOutcome struct {
 	Node     peer.ID
 	Response Response
-	// Again: the relay did not hand the order over (it could not reach
-	// the node, or said nothing of it before it went away), or the
-	// node's answer was lost on the way to the relay, so it may be sent
-	// to the node directly (Caller.Order). The node runs an order once,
-	// and answers it again with the answer it kept.
+	// Again: no answer signed by the node came back, only the relay's
+	// word (a note: it could not reach the node, the answer was lost on
+	// the way, the node timed out or answered garbage), or nothing before
+	// the relay went away, so it may be sent to the node again, directly
+	// (Caller.Order) or through another relay. The node runs an order
+	// once, and answers it again with the answer it kept.
 	Again bool
 }
 
@@ -114,11 +115,16 @@ func (c *Caller) relayed(b []byte, o *Order, pending map[peer.ID]bool) (RelayOut
 		if !pending[n.Node] {
 			return RelayOutcome{}, fmt.Errorf("plugins: a note on %s, not a target still waited for", n.Node)
 		}
-		// A target the relay did not hand the order to may be sent it
-		// directly; so may one whose answer was lost on the way (gone):
-		// it runs the order once and answers it again.
-		again := !n.Delivered || n.Code == CodeGone
-		return RelayOutcome{Node: n.Node, Again: again, Response: Response{ID: o.ID, Code: n.Code, Error: n.Error}}, nil
+		// A note is the relay's word, not the target's: a target the
+		// relay did not hand the order to, one whose answer was lost on
+		// the way (gone), and one the relay says timed out or answered
+		// garbage may all be sent the order again, by another relay or
+		// directly, while the call's time lasts. The target runs it once
+		// and answers again with the answer it kept, so a relay that
+		// lies about its targets (says they timed out) costs the caller
+		// a second try, not their answers. Past the call's time it is
+		// recorded as the note says.
+		return RelayOutcome{Node: n.Node, Again: true, Response: Response{ID: o.ID, Code: n.Code, Error: n.Error}}, nil
 	}
 	return RelayOutcome{}, fmt.Errorf("plugins: relay frame kind %q", kind)
 }

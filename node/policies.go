@@ -216,15 +216,25 @@ func (n *Node) reconcile(ctx context.Context) error {
 		}
 	}
 	var errs []error
+	rewriteAgain := false
 	for _, tribe := range slices.Sorted(maps.Keys(desired)) {
 		names := desired[tribe]
 		names = names[:min(len(names), maxClaimedPolicies)] // one that backs it is enough
-		if cur, ok := current[tribe]; ok && slices.Equal(cur, names) && !rewrite {
+		cur, held := current[tribe]
+		same := held && slices.Equal(cur, names)
+		if same && !rewrite {
 			continue
 		}
 		b, _ := json.Marshal(memberRecord{Policies: names})
 		if _, err := n.replica.Put(ctx, memberKey(tribe, n.host.ID(), "policy"), b); err != nil {
 			errs = append(errs, err)
+			// Only a membership held as it should be needs the rewrite
+			// kept for the next try: any other is written then anyway.
+			// Kept whatever failed, a write that never succeeds (a
+			// tribe past gossip.MaxPolicyMemberships) had every try
+			// write all the others again, and each write of its own
+			// membership ran the next try at once (reconcileLoop).
+			rewriteAgain = rewriteAgain || same
 			continue
 		}
 		n.log.Info("joined tribe by policy", "tribe", tribe, "policies", names)
@@ -239,7 +249,7 @@ func (n *Node) reconcile(ctx context.Context) error {
 		}
 		n.log.Info("left tribe: no policy matches any more", "tribe", tribe)
 	}
-	if len(errs) > 0 && rewrite {
+	if rewriteAgain {
 		n.rewriteOwn.Store(true) // for the next try
 	}
 	return errors.Join(errs...)

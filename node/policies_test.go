@@ -3,13 +3,16 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/tribeagent/tribe/gossip"
 	"github.com/tribeagent/tribe/policy"
 )
 
@@ -147,6 +150,45 @@ func TestReplayedOwnMembershipIsTakenBack(t *testing.T) {
 		v, ok := n.replica.Version(key)
 		return ok && v.Deleted && slices.Equal(policyTribes(n), []string{"silver"})
 	})
+}
+
+// A rewrite of its memberships (announceOwn, on admission) that cannot
+// write one of them (here, one tribe past gossip.MaxPolicyMemberships)
+// writes the others once, not again and again: each write it makes of
+// its own membership runs the reconcile again at once.
+func TestRewriteWithAFailedMembershipDoesNotSpin(t *testing.T) {
+	ctx := context.Background()
+	n := startNodeDeps(t, loopbackConfig(t, "a"), Deps{Facts: func(context.Context) (policy.Facts, error) {
+		return policy.Facts{"tier": "gold"}, nil
+	}})
+	if _, err := n.CreatePolicy(ctx, "gold", "gold", `facts.tier == "gold"`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node to join gold by policy", func() bool { return slices.Equal(policyTribes(n), []string{"gold"}) })
+	// Tribes left lately: their tombstones count towards the bound.
+	for i := range gossip.MaxPolicyMemberships - 1 {
+		if _, err := n.replica.Delete(ctx, memberKey(fmt.Sprintf("left%d", i), n.ID(), "policy")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.CreatePolicy(ctx, "extra", "extra", `facts.tier == "gold"`); err != nil {
+		t.Fatal(err)
+	}
+
+	key := memberKey("gold", n.ID(), "policy")
+	var writes atomic.Int64
+	defer n.replica.Watch(key, func(gossip.Change) { writes.Add(1) })()
+	n.announceOwn()
+	waitFor(t, "gold to be written again", func() bool { return writes.Load() >= 1 })
+	// Past the first retry (a second on), when a spinning loop would have
+	// written it hundreds of times.
+	time.Sleep(1500 * time.Millisecond)
+	if got := writes.Load(); got > 2 {
+		t.Fatalf("gold written %d times by one rewrite", got)
+	}
+	if got := policyTribes(n); !slices.Equal(got, []string{"gold"}) {
+		t.Fatalf("policy memberships %v, want [gold]", got)
+	}
 }
 
 // policy test refuses exactly what policy create refuses, with the same

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -622,6 +623,87 @@ func TestChildrenMatchesAScan(t *testing.T) {
 			want := slices.Sorted(maps.Keys(segs))
 			if got := s.Segments(prefix); !slices.Equal(got, want) {
 				t.Fatalf("step %d: Segments(%q) %v, want %v", i, prefix, got, want)
+			}
+		}
+	}
+}
+
+// The per-author counts (Kind.MaxPerAuthor) match a scan of the keys held
+// whatever the order of writes, deletions, replays, forgets and
+// collections, and a state loaded from the store counts as the one that
+// stored it.
+func TestPerAuthorCountsMatchAScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	authors := []*author{newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)}
+	store, err := OpenStore(filepath.Join(t.TempDir(), StoreFile), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	s := NewState(NewTrust())
+	scan := func(s *State) map[authorKind]int {
+		want := map[authorKind]int{}
+		for k, e := range s.entries {
+			if kind, ok := bounded(k); ok {
+				want[authorKind{kind.Name, e.Author}]++
+			}
+		}
+		return want
+	}
+	now := t0
+	var written []*Signed
+	for i := range 5000 {
+		now = now.Add(time.Duration(rng.IntN(3600)) * time.Second)
+		a := authors[rng.IntN(len(authors))]
+		var key string
+		switch tribe := fmt.Sprintf("t%d", rng.IntN(40)); rng.IntN(4) {
+		case 0:
+			key = "tribes/" + tribe + "/members/" + a.id.String() + "/manual" // not bounded
+		case 1:
+			key = "nodes/" + a.id.String()
+		default:
+			key = "tribes/" + tribe + "/members/" + a.id.String() + "/policy"
+		}
+		switch op := rng.IntN(10); {
+		case op < 6:
+			e := a.write(t, now, key, `{}`, rng.IntN(2) == 0)
+			written = append(written, e)
+			if _, err := s.Apply(e, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Put(e); err != nil {
+				t.Fatal(err)
+			}
+		case op < 8: // a replay: an older version, or the same again
+			e := written[rng.IntN(len(written))]
+			if c, err := s.Apply(e, now); err != nil {
+				t.Fatal(err)
+			} else if c != nil {
+				if err := store.Put(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case op < 9:
+			if s.forget(key) != nil {
+				if err := store.Delete(key); err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			if err := store.Delete(s.Collect(now, time.Duration(rng.IntN(48))*time.Hour)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := s.perAuthor, scan(s); !maps.Equal(got, want) {
+			t.Fatalf("step %d: counts %v, a scan finds %v", i, got, want)
+		}
+		if i%1000 == 999 {
+			loaded := NewState(NewTrust())
+			if _, _, err := LoadState(store, loaded, nil); err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(loaded.perAuthor, s.perAuthor) || loaded.Hash() != s.Hash() {
+				t.Fatalf("step %d: loaded from the store, counts %v, want %v", i, loaded.perAuthor, s.perAuthor)
 			}
 		}
 	}

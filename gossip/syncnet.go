@@ -45,8 +45,10 @@ type SyncStats struct {
 	Applied int // entries that changed the state
 	// Disagreed counts entries skipped as not for this node (see
 	// disagreement), ValueRefused those of them refused for their value
-	// (ReplicaConfig.Value), which maxDisagreements does not bound.
-	Disagreed, ValueRefused int
+	// (ReplicaConfig.Value) and AuthorFull those whose author holds as
+	// many keys of their kind here as one may (ErrAuthorFull), which
+	// maxDisagreements does not bound.
+	Disagreed, ValueRefused, AuthorFull int
 	// Shared counts entries this pull did not ask for because another
 	// pull of this replica was fetching the same version (see fetching).
 	Shared int
@@ -487,7 +489,7 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 	now := r.now()
 	ok := make([]*Signed, 0, len(raws))
 	var refused error
-	disagreed := st.Disagreed - st.ValueRefused
+	disagreed := st.Disagreed - st.ValueRefused - st.AuthorFull
 	// skip counts e, refused for err, and remembers not to ask for its
 	// version again for the next ttl.
 	skip := func(e *Signed, err error, ttl time.Duration) {
@@ -509,6 +511,17 @@ func (r *Replica) applyFetched(from peer.ID, raws [][]byte, wanted map[uint64]bo
 			// bad records held by older peers cannot end every pull.
 			st.ValueRefused++
 			skip(e, err, valueRefusedFor)
+			continue
+		}
+		if errors.Is(err, ErrAuthorFull) {
+			// Another key of an author this node holds as many of as
+			// one may: honest peers hold other such keys (one that
+			// counts can hand each node a set of its own), so these are
+			// outside the budget too, or they would end every pull.
+			// Remembered for refusedFor only: a slot frees as a
+			// tombstone of the author's is collected.
+			st.AuthorFull++
+			skip(e, err, refusedFor)
 			continue
 		}
 		if err != nil && disagreement(err) {

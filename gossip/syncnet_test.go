@@ -1139,6 +1139,53 @@ func TestValueRefused(t *testing.T) {
 	}
 }
 
+// A peer may hold other keys of an author this node holds as many of as
+// one may (Kind.MaxPerAuthor): one that counts can hand each node a set
+// of its own. A pull skips and counts them, and does not ask for them
+// again lately, but they do not end it: otherwise such an author's keys
+// held by honest peers ended every pull before what came after them.
+func TestPullPastAnAuthorsFullKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	x, w := newAuthor(t, rng), newAuthor(t, rng)
+	n, m := pairOf(t, &testNet{}, &testNet{}, false)
+	now := n.clock.now()
+	membership := func(tribe string) *Signed {
+		return x.write(t, now, fmt.Sprintf("tribes/%s/members/%s/policy", tribe, x.id), "{}", false)
+	}
+	var mine, theirs []*Signed
+	for i := range MaxPolicyMemberships {
+		mine = append(mine, membership(fmt.Sprintf("m%d", i)))
+	}
+	const others = 4 * maxDisagreements
+	for i := range others {
+		theirs = append(theirs, membership(fmt.Sprintf("n%d", i)))
+	}
+	var keys []string
+	for i := range 50 {
+		e := w.write(t, now, fmt.Sprintf("tribes/w%d", i), "{}", false)
+		theirs = append(theirs, e)
+		keys = append(keys, e.Key)
+	}
+	m.r.applyRemote(mine)
+	n.r.applyRemote(theirs)
+	ctx := context.Background()
+	waitFor(t, func() bool { // one pull, or several if m's own pulls share the work
+		if st, err := m.r.SyncWith(ctx, n.h.ID()); err != nil {
+			t.Fatalf("a pull past %d keys of a full author: %+v %v", others, st, err)
+		}
+		for _, k := range keys {
+			if _, ok := m.r.Get(k); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	wantRejected(t, m.r, map[string]int64{"author_full": others}) // each once
+	if st, err := m.r.SyncWith(ctx, n.h.ID()); err != nil || st.Fetched != 0 || st.Skipped != others {
+		t.Fatalf("the next pull: %+v %v, want the %d refused skipped", st, err, others)
+	}
+}
+
 // A pull asked for while every pull slot is taken waits for one, and is
 // made: dropped (as it was), entries of the peers behind the bound
 // waited for the periodic sync (a join storm on one seed took 4x longer

@@ -619,10 +619,12 @@ func (r *Replica) counts(p peer.ID) bool {
 	return r.Trust().Trusted(p)
 }
 
-// check validates an opened entry against the trust list in force, and
-// that its author may hold entries beyond its record (checkCounts). It
-// takes no lock: the pubsub validator, pushes and pulls check before they
-// apply.
+// check validates an opened entry against the trust list in force, that
+// its author may hold entries beyond its record (checkCounts), and that
+// a new key does not pass its author's bound (checkPerAuthor). The
+// pubsub validator, pushes and pulls check before they apply, without
+// the replica's lock: checkPerAuthor takes it for a moment, so callers
+// must not hold it.
 func (r *Replica) check(e *Signed, now time.Time) error {
 	if err := r.checkSaid(e, now); err != nil {
 		return err

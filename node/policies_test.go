@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -188,6 +189,35 @@ func TestRewriteWithAFailedMembershipDoesNotSpin(t *testing.T) {
 	}
 	if got := policyTribes(n); !slices.Equal(got, []string{"gold"}) {
 		t.Fatalf("policy memberships %v, want [gold]", got)
+	}
+}
+
+// A node that more than maxClaimedPolicies policies put in one tribe
+// names the first of them, as many as others take (checkValue).
+func TestMembershipNamesAtMostMaxClaimedPolicies(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, loopbackConfig(t, "a"))
+	var names []string
+	for i := range maxClaimedPolicies + 1 {
+		name := fmt.Sprintf("p%02d", i)
+		names = append(names, name)
+		if _, err := n.CreatePolicy(ctx, name, "web", "true"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more, in a tribe after web: the reconcile that joins it saw
+	// every policy for web, and wrote web first.
+	if _, err := n.CreatePolicy(ctx, "zz", "zz", "true"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node to join zz", func() bool { return slices.Contains(policyTribes(n), "zz") })
+	e, _ := n.replica.Get(memberKey("web", n.ID(), "policy"))
+	var rec memberRecord
+	if err := json.Unmarshal(e.Value, &rec); err != nil || !slices.Equal(rec.Policies, names[:maxClaimedPolicies]) {
+		t.Fatalf("membership %s (%v), want the first %d policies", e.Value, err, maxClaimedPolicies)
+	}
+	if err := checkValue(e); err != nil {
+		t.Fatalf("others refuse it: %v", err)
 	}
 }
 

@@ -80,6 +80,7 @@ FUZZ_TARGETS := \
 	./node:FuzzDecodePluginFetchRequest \
 	./internal/names:FuzzNamesAreTheRegexps \
 	./node:FuzzCheckRecord \
+	./node:FuzzCheckPolicyMembership \
 	./node:FuzzDecodeTaskRunLine \
 	./node:FuzzDecodeJobOutputAnswer \
 	./node:FuzzDecodeFetchHeader \

@@ -254,6 +254,32 @@ func FuzzCheckRecord(f *testing.F) {
 	})
 }
 
+// FuzzCheckPolicyMembership: a policy membership is its node's to write,
+// naming any tribe, and every node checks it. What it takes is at most
+// maxMembershipValue bytes naming at most maxClaimedPolicies valid policy
+// names, as the views read it.
+func FuzzCheckPolicyMembership(f *testing.F) {
+	f.Add([]byte(`{"policies":["web","all"]}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"policies":["Web"]}`))
+	f.Add([]byte(`{"policies":null,"x":[1,2]}`))
+	f.Add([]byte(`{"policies":"web"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if checkPolicyMembership(b) != nil {
+			return
+		}
+		var rec memberRecord
+		if err := json.Unmarshal(b, &rec); err != nil || len(b) > maxMembershipValue || len(rec.Policies) > maxClaimedPolicies {
+			t.Fatalf("took %q: %d bytes, %d policies, %v", b, len(b), len(rec.Policies), err)
+		}
+		for _, p := range rec.Policies {
+			if !gossip.ValidName(p) {
+				t.Fatalf("took %q naming %q", b, p)
+			}
+		}
+	})
+}
+
 // The fleet's views read each record decoded once (recordAt): a node
 // that writes a new record is shown by it, names and facts alike (a
 // `where` filter reads the facts the decoded record leaves in its entry),

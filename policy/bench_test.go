@@ -53,3 +53,27 @@ func BenchmarkEvalVsBareCEL(b *testing.B) {
 	b.ReportMetric(float64(raw.Nanoseconds())/evals, "ns/bare_cel_eval")
 	b.ReportMetric(float64(ours)/float64(raw), "policy/bare_ratio")
 }
+
+// BenchmarkEvalWalkLargestFacts: an ordinary walk of a list in the facts,
+// over a node's facts at their bounds (MaxFactItems elements): what a
+// node's facts can make every other node spend on one evaluation.
+func BenchmarkEvalWalkLargestFacts(b *testing.B) {
+	facts := largestFacts(b)
+	for _, expr := range []string{
+		`facts.l.exists(x, x.startsWith("10."))`,
+		`facts.l.exists(x, x.matches("^10[.]"))`,
+	} {
+		p, err := Compile(expr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(expr, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if ok, err := p.Eval(facts); ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
+	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/interpreter"
 )
@@ -104,10 +105,15 @@ func compile(expr string) (*Program, error) {
 		return nil, fmt.Errorf("%w: the expression is a %s, a policy must be a bool", ErrCompile, ast.OutputType())
 	}
 	// Where CEL can prove the cost stays under the limit for any facts a
-	// node can hold, the limit cannot trip and its run-time tracking (which
-	// makes evaluation several times slower) is left out.
-	var opts []cel.ProgramOption
-	if est, err := e.EstimateCost(ast, factsSizes{}); err != nil || est.Max > CostLimit {
+	// node can hold, the limit cannot trip and its run-time tracking is
+	// left out: it grows with the square of the elements a comprehension
+	// walks (facts.l.exists(x, x.startsWith("10.")) took 4.4 ms at
+	// MaxFactItems elements, 0.44 ms without it; see
+	// BenchmarkEvalWalkLargestFacts), and any node's facts are walked so.
+	// OptOptimize compiles a literal regex once, not at every `matches`
+	// (8 µs each, 1024 of them in a walk of a list).
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	if est, err := e.EstimateCost(ast, newFactsSizes(ast)); err != nil || est.Max > CostLimit {
 		opts = append(opts, cel.CostLimit(CostLimit))
 	}
 	prg, err := e.Program(ast, opts...)
@@ -154,10 +160,33 @@ func (c *programCache) put(p *Program) {
 // gossip.MaxValueLen (64 KiB) bytes.
 const maxFactsSize = 64 << 10
 
-// factsSizes tells CEL's cost estimator that bound.
-type factsSizes struct{}
+// factsSizes tells CEL's cost estimator those bounds. A value CEL does
+// not know the size of may be a string of maxFactsSize, except where a
+// comprehension walks it as it is in the facts: a list or a map there
+// holds at most MaxFactItems (DecodeJSON's bound on every node's facts),
+// and a string is no range. Without that, the walk of any list in the
+// facts counted 64 Ki steps and was always tracked.
+type factsSizes struct {
+	ranges map[int64]bool // ids of the comprehensions' ranges
+}
 
-func (factsSizes) EstimateSize(checker.AstNode) *checker.SizeEstimate {
+func newFactsSizes(a *cel.Ast) factsSizes {
+	s := factsSizes{ranges: map[int64]bool{}}
+	celast.PostOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() == celast.ComprehensionKind {
+			s.ranges[e.AsComprehension().IterRange().ID()] = true
+		}
+	}))
+	return s
+}
+
+func (s factsSizes) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+	// The path starts at a variable: facts, or a comprehension's, whose
+	// path is its range's (so a variable that shadows facts is not taken
+	// for it). A range computed by the expression has none.
+	if p := n.Path(); len(p) > 0 && p[0] == "facts" && s.ranges[n.Expr().ID()] {
+		return &checker.SizeEstimate{Min: 0, Max: MaxFactItems}
+	}
 	return &checker.SizeEstimate{Min: 0, Max: maxFactsSize}
 }
 

@@ -212,11 +212,17 @@ func (n *Node) autoAdmitLoop() {
 	defer n.replica.Watch(nodesPrefix, poke)()
 	defer n.replica.Watch(authority.AdmittedPrefix, poke)()
 	poke(gossip.Change{})
-	// Records whose facts did not match, by entry: a record is replaced,
-	// never changed, so each is decoded and evaluated once, not at every
-	// pass (a pass comes with each new record, and anyone can make
-	// records: up to gossip.MaxPending of them, each padded as it likes).
-	unmatched := map[*gossip.Signed]bool{}
+	// Each record's verdict, by entry: a record is replaced, never
+	// changed, so each is decoded and evaluated once, not at every pass
+	// (a pass comes with each new record, and anyone can make records: up
+	// to gossip.MaxPending of them, each padded as it likes). One that
+	// matched but whose name another node holds stays pending, and only
+	// its name is looked at again.
+	type verdict struct {
+		match bool
+		name  string
+	}
+	judged := map[*gossip.Signed]verdict{}
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -228,37 +234,40 @@ func (n *Node) autoAdmitLoop() {
 			continue // only a trusted writer admits; tribe reload may make this one
 		}
 		held := n.replica.Prefix(nodesPrefix)
-		for e := range unmatched {
+		for e := range judged {
 			if cur, ok := n.replica.Get(e.Key); !ok || cur != e {
-				delete(unmatched, e)
+				delete(judged, e)
 			}
 		}
 		for _, e := range held {
 			id, err := peer.Decode(strings.TrimPrefix(e.Key, nodesPrefix))
-			if err != nil || rules.Status(id) != authority.Pending || unmatched[e] {
+			if err != nil || rules.Status(id) != authority.Pending {
 				continue
 			}
-			var rec nodeRecord
-			if json.Unmarshal(e.Value, &rec) != nil {
-				unmatched[e] = true
+			v, ok := judged[e]
+			if !ok {
+				var rec nodeRecord
+				if json.Unmarshal(e.Value, &rec) == nil {
+					n.auth.autoAdmitEvals.Add(1)
+					v.match, _ = prg.Eval(rec.facts())
+					v.name = rec.Name
+				}
+				judged[e] = v
+			}
+			if !v.match {
 				continue
 			}
-			n.auth.autoAdmitEvals.Add(1)
-			if ok, _ := prg.Eval(rec.facts()); !ok {
-				unmatched[e] = true
+			if holder, taken := n.nameHolder(rules, v.name, id); taken {
+				n.authWarn.warn(n.log, id.String(), "--auto-admit: not admitting a node under a name another node holds", "node", id, "name", v.name, "holder", holder)
 				continue
 			}
-			if holder, taken := n.nameHolder(rules, rec.Name, id); taken {
-				n.authWarn.warn(n.log, id.String(), "--auto-admit: not admitting a node under a name another node holds", "node", id, "name", rec.Name, "holder", holder)
-				continue
-			}
-			if err := n.writeAdmission(n.ctx, id, authority.Admission{State: authority.Admitted, Name: rec.Name}); err != nil {
+			if err := n.writeAdmission(n.ctx, id, authority.Admission{State: authority.Admitted, Name: v.name}); err != nil {
 				if n.ctx.Err() == nil {
 					n.log.Warn("auto-admit", "node", id, "err", err)
 				}
 				continue
 			}
-			n.log.Info("admitted by --auto-admit", "node", id, "name", rec.Name)
+			n.log.Info("admitted by --auto-admit", "node", id, "name", v.name)
 		}
 		if !n.sleep(autoAdmitEvery) {
 			return

@@ -214,14 +214,21 @@ func (n *Node) policyBacking(tribe string, id peer.ID, e *gossip.Signed) []strin
 
 	var claimed memberRecord
 	json.Unmarshal(e.Value, &claimed)
+	// The record's facts are decoded only once a policy is to be run on
+	// them: a node that counts holds up to gossip.MaxPolicyMemberships
+	// claims and rewrites them as it likes, and decoding its record (up
+	// to 64 KiB, 1 ms) for each, in tribes no policy names, cost every
+	// node more than the claims' evaluation.
 	var facts policy.Facts
-	if rec != nil {
-		var r nodeRecord
-		if json.Unmarshal(rec.Value, &r) == nil {
-			facts = r.facts()
-		}
-	}
+	decoded := false
 	backed := authority.Backing(tribe, claimed.Policies, refs, func(expr string) bool {
+		if !decoded {
+			decoded = true
+			var r nodeRecord
+			if rec != nil && json.Unmarshal(rec.Value, &r) == nil {
+				facts = r.facts()
+			}
+		}
 		if facts == nil {
 			return false // no record: nothing to check the claim against
 		}

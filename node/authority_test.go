@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -273,8 +274,13 @@ func TestAutoAdmit(t *testing.T) {
 	if s := admin.rules().Status(other.ID()); s != authority.Pending {
 		t.Fatalf("other is %s, want pending", s)
 	}
-	// other's record is evaluated once, not at every pass.
+	// A node whose facts match but whose name good holds stays pending.
 	evals := admin.auth.autoAdmitEvals.Load()
+	imp := start("good", policy.Facts{"fleet": "prod"})
+	waitFor(t, "the impostor's record to be judged", func() bool { return admin.auth.autoAdmitEvals.Load() > evals })
+	// other's record and the impostor's are evaluated once, not at every
+	// pass.
+	evals = admin.auth.autoAdmitEvals.Load()
 	for range 25 { // 2.5 s: two passes at least
 		select {
 		case admin.admitCh <- struct{}{}:
@@ -283,7 +289,10 @@ func TestAutoAdmit(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if got := admin.auth.autoAdmitEvals.Load(); got != evals {
-		t.Errorf("%d evaluations more of a record that did not match", got-evals)
+		t.Errorf("%d evaluations more of records already judged", got-evals)
+	}
+	if s := admin.rules().Status(imp.ID()); s != authority.Pending {
+		t.Fatalf("the impostor is %s, want pending", s)
 	}
 	bad := loopbackConfig(t, "x")
 	bad.AutoAdmit = "facts.fleet =="
@@ -421,5 +430,42 @@ func TestPendingNodePacesItsRecord(t *testing.T) {
 	})
 	if got := admin.replica.Rejected()["pending_too_soon"]; got != 0 {
 		t.Errorf("admin refused %d versions of b's record as too soon", got)
+	}
+}
+
+// A claim is checked against its node's facts only where a policy for the
+// tribe is to be run: a claim in a tribe no policy names, rewritten as
+// often as its node likes, does not have its record (facts up to 64 KiB)
+// decoded each time.
+func TestPolicyBackingDecodesFactsOnlyToEvaluate(t *testing.T) {
+	c := loopbackConfig(t, "big")
+	tags := make([]any, 1000)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("tag-%d", i)
+	}
+	c.Facts = policy.Facts{"role": "db", "tags": tags}
+	n := startNode(t, c)
+	waitFor(t, "its record", func() bool { _, ok := n.replica.Get(nodesPrefix + n.ID().String()); return ok })
+	if _, err := n.CreatePolicy(context.Background(), "db", "core", `facts.role == "db"`); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(tribe string) *gossip.Signed {
+		return &gossip.Signed{Entry: gossip.Entry{Key: memberKey(tribe, n.ID(), "policy"), Value: []byte(`{"policies":["db"]}`)}}
+	}
+	backing := func(tribe string, e *gossip.Signed) []string {
+		n.auth.mu.Lock()
+		clear(n.auth.backed) // as a new version of the claim or the record would
+		n.auth.mu.Unlock()
+		return n.policyBacking(tribe, n.ID(), e)
+	}
+	core, elsewhere := claim("core"), claim("elsewhere")
+	if got := backing("core", core); !slices.Equal(got, []string{"db"}) {
+		t.Fatalf("the claim in core is backed by %v, want [db]", got)
+	}
+	if got := backing("elsewhere", elsewhere); got != nil {
+		t.Fatalf("the claim in a tribe db does not name is backed by %v", got)
+	}
+	if a := testing.AllocsPerRun(20, func() { backing("elsewhere", elsewhere) }); a > 100 {
+		t.Errorf("%.0f allocations to find a claim in a tribe without policies unbacked: its facts were decoded", a)
 	}
 }

@@ -221,6 +221,23 @@ func TestMembershipNamesAtMostMaxClaimedPolicies(t *testing.T) {
 	}
 }
 
+// An expression over every node's facts (policy test, nodes --where)
+// stops when its client has left; nodes without a filter still lists.
+func TestFactsFiltersStopWhenTheClientLeaves(t *testing.T) {
+	n := startNode(t, loopbackConfig(t, "a"))
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := n.Nodes(gone, `facts.os != ""`); !errors.Is(err, context.Canceled) {
+		t.Errorf("nodes --where for a client gone: %v", err)
+	}
+	if _, err := n.TestPolicy(gone, `facts.os != ""`); !errors.Is(err, context.Canceled) {
+		t.Errorf("policy test for a client gone: %v", err)
+	}
+	if ns, err := n.Nodes(context.Background(), `true`); err != nil || len(ns) != 1 {
+		t.Errorf("nodes --where true: %v, %v", ns, err)
+	}
+}
+
 // policy test refuses exactly what policy create refuses, with the same
 // message: both compile and type-check with policy.Compile.
 func TestPolicyTestAndCreateRefuseAlike(t *testing.T) {

@@ -268,15 +268,15 @@ func (n *Node) recordAt(e *gossip.Signed) (cachedRecord, bool) {
 // Nodes implements api.Agent: the fleet, optionally filtered by a CEL
 // expression over each node's facts.
 func (n *Node) Nodes(ctx context.Context, where string) ([]api.Node, error) {
-	return n.nodes(where, false)
+	return n.nodes(ctx, where, false)
 }
 
 // NodesWithFacts implements api.Agent: Nodes with each node's facts.
 func (n *Node) NodesWithFacts(ctx context.Context, where string) ([]api.Node, error) {
-	return n.nodes(where, true)
+	return n.nodes(ctx, where, true)
 }
 
-func (n *Node) nodes(where string, withFacts bool) ([]api.Node, error) {
+func (n *Node) nodes(ctx context.Context, where string, withFacts bool) ([]api.Node, error) {
 	match, err := nodeMatches(where)
 	if err != nil {
 		return nil, err
@@ -285,6 +285,14 @@ func (n *Node) nodes(where string, withFacts bool) ([]api.Node, error) {
 	rules := n.rules()
 	self, now, reconnect := n.host.ID(), n.now(), n.settings().reconnectTimeout
 	for _, e := range n.replica.Prefix(nodesPrefix) {
+		if where != "" {
+			// The client left: a costly filter over every record (up to
+			// 1,024 of them pending, their facts any peer's) stops here,
+			// as policy test does.
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		c, ok := n.recordAt(e)
 		if !ok || c.bad || !match(c.rec) {
 			continue

@@ -361,8 +361,8 @@ func TestForgedAnswersAreCaught(t *testing.T) {
 }
 
 // A relay that says its targets timed out (or answered garbage) when they
-// did not is only believed when the call's time is up: each such target
-// is handed back, to be sent the order again, and answers it.
+// did not is not believed: each such target is handed back, to be sent
+// the order again, and answers it.
 func TestLyingRelayCostsASecondTry(t *testing.T) {
 	c := newRelayNode(t, nil)
 	n := newRelayNode(t, nil, c.host.ID())

@@ -122,8 +122,10 @@ func (c *Caller) relayed(b []byte, o *Order, pending map[peer.ID]bool) (RelayOut
 		// directly, while the call's time lasts. The target runs it once
 		// and answers again with the answer it kept, so a relay that
 		// lies about its targets (says they timed out) costs the caller
-		// a second try, not their answers. Past the call's time it is
-		// recorded as the note says.
+		// a second try, not their answers. The note's Response is only
+		// the relay's word: the node's caller (callThrough) never records
+		// it, and past the call's time records such a target timed out,
+		// as it does any target handed back then.
 		return RelayOutcome{Node: n.Node, Again: true, Response: Response{ID: o.ID, Code: n.Code, Error: n.Error}}, nil
 	}
 	return RelayOutcome{}, fmt.Errorf("plugins: relay frame kind %q", kind)

@@ -625,11 +625,24 @@ func (r *Replica) counts(p peer.ID) bool {
 // pubsub validator, pushes and pulls check before they apply, without
 // the replica's lock: checkPerAuthor takes it for a moment, so callers
 // must not hold it.
+//
+// The value is checked before the counts, as it was before validate
+// split them: a pull skips a refused value outside its budget of
+// disagreements and remembers it for a day (valueRefusedFor), and a bad
+// record of a stranger's that older peers hold must stay so refused,
+// however large.
 func (r *Replica) check(e *Signed, now time.Time) error {
-	if err := r.checkSaid(e, now); err != nil {
+	t := r.Trust()
+	if err := t.Check(e, now); err != nil {
 		return err
 	}
-	return r.checkSigned(e)
+	if err := r.checkValue(e); err != nil {
+		return err
+	}
+	if err := r.checkCounts(t, e, true); err != nil {
+		return err
+	}
+	return r.checkPerAuthor(e)
 }
 
 // checkSaid is the part of check that looks only at what e says of its
@@ -653,12 +666,20 @@ func (r *Replica) checkSaid(e *Signed, now time.Time) error {
 // checked: its value (ReplicaConfig.Value), and a pending record's slot
 // (checkPending).
 func (r *Replica) checkSigned(e *Signed) error {
+	if err := r.checkValue(e); err != nil {
+		return err
+	}
+	return r.checkCounts(r.Trust(), e, true)
+}
+
+// checkValue asks ReplicaConfig.Value of e.
+func (r *Replica) checkValue(e *Signed) error {
 	if r.cfg.Value != nil {
 		if err := r.cfg.Value(e); err != nil {
 			return fmt.Errorf("%w: %s by %s: %w", ErrValueRefused, e.Key, e.Author, err)
 		}
 	}
-	return r.checkCounts(r.Trust(), e, true)
+	return nil
 }
 
 // ErrAuthorFull refuses a new key of a kind bounded per author

@@ -358,6 +358,22 @@ func TestValidatorRefusesWhatEntriesSayBeforeTheirSignatures(t *testing.T) {
 	}
 }
 
+// check, on the push and pull paths, refuses a bad value as such before
+// it looks at its author's bounds: a pull skips a refused value outside
+// its budget of disagreements and for a day, and a stranger's bad record
+// held by older peers must not end pulls because it is also too large.
+func TestCheckRefusesABadValueBeforeTheBounds(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(13, 14))
+	writer, stranger := newAuthor(t, rng), newAuthor(t, rng)
+	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(p peer.ID) bool { return p == writer.id },
+		value:  func(*Signed) error { return errors.New("not a record") }})
+	e := stranger.write(t, n.clock.now(), "nodes/"+stranger.id.String(), strings.Repeat("x", MaxPendingRecord+1), false)
+	if err := n.r.check(e, n.clock.now()); !errors.Is(err, ErrValueRefused) {
+		t.Fatalf("a stranger's bad record past MaxPendingRecord: %v, want ErrValueRefused", err)
+	}
+}
+
 // This node refuses to write a policy membership of its own past
 // MaxPolicyMemberships, with the reason.
 func TestOwnPolicyMembershipsAreBounded(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/peer"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 // makeEntries signs n entries under tribes/… by a few authors, with values
@@ -84,8 +83,7 @@ func BenchmarkValidateFlood(b *testing.B) {
 	const n = 2000
 	rng := rand.New(rand.NewPCG(11, 12))
 	writer, admitted := newAuthor(b, rng), newAuthor(b, rng)
-	net := startTestNet(b, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
-		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	net := trustedNet(b, writer, admitted)
 	flood, taken := make([]*pubsub.Message, n), make([]*pubsub.Message, n)
 	for i := range n {
 		a := newAuthor(b, rng)

@@ -125,6 +125,14 @@ func TestSetTrustKeepsEntriesAppliedBehind(t *testing.T) {
 	}
 }
 
+// trustedNet starts a replica whose trust list is writer alone, and
+// whose nodes that count are writer and admitted.
+func trustedNet(t testing.TB, writer, admitted *author) *testNet {
+	t.Helper()
+	return startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
+		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+}
+
 // With trusted writers set, a node that does not count (ReplicaConfig.
 // Counts) may hold its record in the state and nothing else: its
 // memberships and acks are refused and counted not_admitted; a node that
@@ -132,8 +140,7 @@ func TestSetTrustKeepsEntriesAppliedBehind(t *testing.T) {
 func TestEntriesOfNodesThatDoNotCount(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(3, 4))
 	writer, pending, admitted := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
-	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
-		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	n := trustedNet(t, writer, admitted)
 	r := n.r
 	now := n.clock.now()
 	for _, c := range []struct {
@@ -178,8 +185,7 @@ func TestEntriesOfNodesThatDoNotCount(t *testing.T) {
 func TestRecordsOfNodesThatDoNotCountAreBounded(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(5, 6))
 	writer, admitted := newAuthor(t, rng), newAuthor(t, rng)
-	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
-		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	n := trustedNet(t, writer, admitted)
 	r := n.r
 	now := n.clock.now()
 	big := strings.Repeat("x", MaxPendingRecord)
@@ -307,8 +313,7 @@ func TestPolicyMembershipsPerAuthorAreBounded(t *testing.T) {
 func TestValidatorRefusesWhatEntriesSayBeforeTheirSignatures(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(9, 10))
 	writer, admitted, stranger := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
-	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
-		counts: func(p peer.ID) bool { return p == writer.id || p == admitted.id }})
+	n := trustedNet(t, writer, admitted)
 	r := n.r
 	now := n.clock.now()
 	validate := func(e *Signed) pubsub.ValidationResult {
@@ -453,8 +458,7 @@ func TestPendingRecordsRewrittenNoFasterThanTheBound(t *testing.T) {
 func TestStrangersClocksDoNotMoveThisNodes(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(9, 10))
 	writer, stranger, admitted := newAuthor(t, rng), newAuthor(t, rng), newAuthor(t, rng)
-	n := startTestNet(t, &testNet{mn: mocknet.New(), trust: []peer.ID{writer.id},
-		counts: func(id peer.ID) bool { return id == writer.id || id == admitted.id }})
+	n := trustedNet(t, writer, admitted)
 	r := n.r
 	now := n.clock.now()
 	ahead := now.Add(MaxClockSkew - time.Second)

@@ -314,18 +314,27 @@ func (n *Node) heard(p peer.ID, m helloMsg, toldBusy, dialled bool) {
 		n.log.Debug("busy hello from a peer this node did not dial; ignored", "peer", p)
 		h.Busy = false
 	}
+	joined := false
 	switch {
 	case h.Cluster != n.cfg.Cluster:
 		n.joinHeard(p, h)
 	case h.Busy:
 		n.turnedAway(p, m.Referrals)
 	default:
-		n.joinHeard(p, h)
+		joined = true
 		if h.Seeking && toldBusy {
 			n.shed(p)
 		}
 	}
 	old, had := n.peers.put(p, h)
+	if joined {
+		// After the put: whoever sees a join peer joined (tribe status)
+		// finds it among the connected peers (ConnectedPeers reads the
+		// hellos put). Before it, a look between the two found the join
+		// peer joined and the node alone (TestJoinByHostPortLearnsThePeerID,
+		// once under make test).
+		n.joinHeard(p, h)
+	}
 	if had && relinkFor(old, h, len(n.host.Network().ConnsToPeer(p)), n.rules().Counts(p)) {
 		n.relinkSoon(p)
 	}

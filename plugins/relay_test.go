@@ -370,10 +370,10 @@ func TestLyingRelayCostsASecondTry(t *testing.T) {
 		{Delivered: true, Code: CodeTimeout, Error: "no answer before the deadline"},
 		{Delivered: true, Code: CodeBadResponse, Error: "the node answered with something else"},
 	} {
+		note.Node = n.host.ID()
 		liar := newRelayNode(t, nil)
 		liar.host.SetStreamHandler(RelayProtocol, func(st network.Stream) {
 			defer st.Close()
-			note.Node = n.host.ID()
 			writeFrame(st, noteFrame(note))
 		})
 		connect(t, c, liar)

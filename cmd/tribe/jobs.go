@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -227,8 +228,10 @@ func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 	}
 	var warned atomic.Bool
 	rows := make(chan struct{}, 1)
-	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchCtx, cancelWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
+	stopWatch := sync.OnceFunc(func() { cancelWatch(); <-watched })
+	defer stopWatch()
 	go func() {
 		defer close(watched)
 		tick := time.NewTicker(behindEvery)
@@ -246,7 +249,6 @@ func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 			}
 		}
 	}()
-	defer func() { stopWatch(); <-watched }()
 	asJSON := flagBool(c, "json")
 	enc := jsonEncoder(c.App.Writer)
 	tw := table(c.App.Writer)
@@ -276,8 +278,7 @@ func waitJob(c *cli.Context, id string, timeout time.Duration) error {
 		return err
 	}
 	// The stream ends when every target has ended, or when ctx did.
-	stopWatch()
-	<-watched
+	stopWatch() // so its warning is not written after the summary
 	j, err := client(c).Job(c.Context, id)
 	if err != nil {
 		return err
